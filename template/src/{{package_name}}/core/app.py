@@ -1,0 +1,63 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""The app factory: settings in, a ready `ResilientServer` out."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from types import ModuleType
+
+from .discovery import discover_tools
+from .errors import FatalError
+from .health import CallStats, CheckResult, make_health_tool
+from .logs import configure_logging
+from .project import DISPLAY_NAME, SLUG
+from .server import ResilientServer
+from .settings import CoreSettings
+from .startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
+
+
+def package_version() -> str:
+    try:
+        return metadata.version(SLUG)
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def create_server(settings: CoreSettings, tools_package: ModuleType | None = None) -> ResilientServer:
+    """Configure logging, then build the server and register health_check and every tool.
+
+    Logging comes first: MCPServer's constructor configures the root logger unless
+    it already has a handler.
+    """
+    configure_logging(settings.log_level)
+    if tools_package is None:
+        from .. import tools as tools_package
+    version = package_version()
+    stats = CallStats()
+    server = ResilientServer(SLUG, title=DISPLAY_NAME, version=version, stats=stats, app_settings=settings)
+
+    def data_dir_check() -> CheckResult:
+        try:
+            check_data_dir(settings.data_dir)
+        except FatalError as exc:
+            return CheckResult(status="failing", detail=exc.problem)
+        return CheckResult(status="ok", detail=str(settings.data_dir))
+
+    specs = [make_health_tool(stats, version, {"data_dir": data_dir_check}), *discover_tools(tools_package)]
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise FatalError(f"a tool in tools/ is named {spec.name!r}, which the core reserves", "rename it")
+        seen.add(spec.name)
+        server.register(spec)
+    return server
+
+
+def build_from_environment() -> ResilientServer:
+    """Settings, start-up checks, then the server; on a FatalError, one line and exit 78."""
+    try:
+        settings = load_settings()
+        run_startup_checks(settings)
+        return create_server(settings)
+    except FatalError as exc:
+        exit_fatal(exc)

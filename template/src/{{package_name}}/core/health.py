@@ -1,0 +1,85 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""The always-present `health_check` tool and the call counters it reports."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from .tool import ToolSpec, spec_of, tool
+
+Status = Literal["ok", "degraded", "failing"]
+_RANK: dict[Status, int] = {"ok": 0, "degraded": 1, "failing": 2}
+
+
+class CheckResult(BaseModel):
+    status: Status
+    detail: str = ""
+
+
+class HealthReport(BaseModel):
+    status: Status = Field(description="ok, degraded or failing: the worst of the checks")
+    version: str
+    uptime_s: float
+    checks: dict[str, CheckResult] = Field(description="one entry per dependency")
+    calls: int = Field(description="tool calls answered since start")
+    errors: dict[str, int] = Field(description="failed calls by category")
+    in_flight: int = Field(description="tool calls running now")
+    keys_in_doubt: int = Field(description="idempotency keys whose outcome is unknown")
+
+
+@dataclass
+class CallStats:
+    """Counters the resilience layer keeps and health_check reports."""
+
+    started_at: float = field(default_factory=time.monotonic)
+    calls: int = 0
+    in_flight: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+
+    def uptime_s(self) -> float:
+        return round(time.monotonic() - self.started_at, 3)
+
+
+HealthCheck = Callable[[], CheckResult]
+
+
+def make_health_tool(
+    stats: CallStats,
+    version: str,
+    checks: Mapping[str, HealthCheck],
+    keys_in_doubt: Callable[[], int] = lambda: 0,
+) -> ToolSpec:
+    """Build the health_check tool over this server's counters and dependency checks."""
+
+    @tool(read_only=True, open_world=False, title="Health check")
+    def health_check() -> HealthReport:
+        """Report whether this server and its dependencies work; call it when other tools fail."""
+        results = {name: _run_check(check) for name, check in checks.items()}
+        worst = max((r.status for r in results.values()), key=_RANK.__getitem__, default="ok")
+        return HealthReport(
+            status=worst,
+            version=version,
+            uptime_s=stats.uptime_s(),
+            checks=results,
+            calls=stats.calls,
+            errors=dict(stats.errors),
+            in_flight=stats.in_flight,
+            keys_in_doubt=keys_in_doubt(),
+        )
+
+    spec = spec_of(health_check)
+    assert spec is not None
+    return spec
+
+
+def _run_check(check: HealthCheck) -> CheckResult:
+    try:
+        return check()
+    except Exception as exc:  # a check that crashes is itself the finding
+        return CheckResult(status="failing", detail=type(exc).__name__)

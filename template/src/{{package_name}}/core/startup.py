@@ -1,0 +1,77 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""Start-up checks: everything that would make every call fail is found before serving."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import NoReturn
+
+from pydantic import ValidationError
+
+from .errors import FatalError
+from .project import ENV_PREFIX, IDEMPOTENCY_BACKEND
+from .settings import CoreSettings
+
+EXIT_FATAL_AT_STARTUP = 78  # EX_CONFIG from sysexits.h
+EXIT_FATAL_WHILE_SERVING = 70  # EX_SOFTWARE
+_MAX_VALUE_CHARS = 40
+
+
+def load_settings() -> CoreSettings:
+    """Read the owner's `Settings`, turning a validation error into one FatalError line."""
+    from ..settings import Settings
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise _settings_error(exc) from None
+
+
+def _settings_error(exc: ValidationError) -> FatalError:
+    problems = []
+    for error in exc.errors():
+        variable = ENV_PREFIX + "_".join(str(part) for part in error["loc"]).upper()
+        value = repr(error["input"])
+        if len(value) > _MAX_VALUE_CHARS:
+            value = value[: _MAX_VALUE_CHARS - 3] + "..."
+        problems.append(f"{variable}={value} is invalid ({error['msg']})")
+    return FatalError("; ".join(problems), "fix the value or unset the variable to use the default")
+
+
+def check_data_dir(data_dir: Path) -> None:
+    """The data directory exists (it is created) and a file can be written in it."""
+    variable = f"{ENV_PREFIX}DATA_DIR"
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=data_dir, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise FatalError(
+            f"data directory {data_dir} is not writable ({exc.strerror or exc})",
+            f"set {variable} to a writable directory or fix its permissions",
+        ) from None
+
+
+def check_database_url(settings: CoreSettings) -> None:
+    if IDEMPOTENCY_BACKEND == "postgres" and not settings.database_url:
+        raise FatalError(
+            f"{ENV_PREFIX}DATABASE_URL is not set",
+            f"set {ENV_PREFIX}DATABASE_URL to a PostgreSQL DSN, e.g. postgresql://user@host/dbname",
+        )
+
+
+def run_startup_checks(settings: CoreSettings) -> None:
+    """Every check that needs no server; raises the first FatalError found."""
+    check_database_url(settings)
+    check_data_dir(settings.data_dir)
+
+
+def exit_fatal(error: FatalError, code: int = EXIT_FATAL_AT_STARTUP) -> NoReturn:
+    """Print the one-line verdict to stderr and leave at once, without a traceback."""
+    sys.stderr.write(f"FATAL: {error}\n")
+    sys.stderr.flush()
+    # os._exit: a stdio server may still have a worker thread blocked on stdin.
+    os._exit(code)

@@ -1,0 +1,129 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""The `@tool` decorator: marks a function as an MCP tool and records how to serve it.
+
+The decorator only attaches a `ToolSpec`; the app factory finds marked functions in
+the tools/ modules and registers them, so importing a module twice or building two
+servers in one process never registers a tool twice.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+from mcp.types import ToolAnnotations
+
+F = TypeVar("F", bound=Callable[..., Any])
+SPEC_ATTRIBUTE = "__mcp_tool_spec__"
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What `@tool` recorded about one function."""
+
+    fn: Callable[..., Any]
+    name: str
+    title: str | None = None
+    read_only: bool = False
+    idempotent: bool = False
+    side_effect: bool = False
+    destructive: bool | None = None
+    open_world: bool | None = None
+    timeout_s: float | None = None
+
+    @property
+    def description(self) -> str:
+        """The docstring, dedented: indentation would cost bytes on every tools/list."""
+        return inspect.getdoc(self.fn) or ""
+
+    @property
+    def safe_to_repeat(self) -> bool:
+        """Whether a transient failure may be retried without doing anything twice."""
+        return self.read_only or self.idempotent or self.side_effect
+
+    def annotations(self) -> ToolAnnotations:
+        return ToolAnnotations(
+            title=self.title,
+            read_only_hint=self.read_only,
+            # A side-effecting tool runs behind the idempotency table: repeats are harmless.
+            idempotent_hint=self.safe_to_repeat,
+            destructive_hint=False if self.read_only else self.destructive,
+            open_world_hint=self.open_world,
+        )
+
+
+@overload
+def tool(name: F, /) -> F: ...
+
+
+@overload
+def tool(
+    name: str | None = None,
+    *,
+    title: str | None = None,
+    read_only: bool = False,
+    idempotent: bool = False,
+    side_effect: bool = False,
+    destructive: bool | None = None,
+    open_world: bool | None = None,
+    timeout_s: float | None = None,
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    name: str | Callable[..., Any] | None = None,
+    *,
+    title: str | None = None,
+    read_only: bool = False,
+    idempotent: bool = False,
+    side_effect: bool = False,
+    destructive: bool | None = None,
+    open_world: bool | None = None,
+    timeout_s: float | None = None,
+) -> Any:
+    """Mark a function as an MCP tool; `@tool` and `@tool(...)` both work.
+
+    The docstring is the tool's description; describe each parameter with
+    `Annotated[type, Field(description=...)]`.
+
+    Args:
+        name: the tool's name (default: the function's name).
+        title: a human-readable title.
+        read_only: the tool changes nothing (`readOnlyHint`); safe to retry.
+        idempotent: calling it twice with the same arguments is harmless (`idempotentHint`).
+        side_effect: the tool changes something outside that must not happen twice.
+        destructive: it may destroy data (`destructiveHint`).
+        open_world: it talks to an open world, e.g. the web (`openWorldHint`).
+        timeout_s: its time limit per call (default: the TOOL_TIMEOUT_S setting).
+    """
+    if read_only and side_effect:
+        raise TypeError("a tool cannot be both read_only and side_effect: choose one")
+    if timeout_s is not None and timeout_s <= 0:
+        raise TypeError(f"timeout_s must be positive, got {timeout_s!r}")
+
+    def mark(fn: F, tool_name: str | None = None) -> F:
+        spec = ToolSpec(
+            fn=fn,
+            name=tool_name or fn.__name__,
+            title=title,
+            read_only=read_only,
+            idempotent=idempotent,
+            side_effect=side_effect,
+            destructive=destructive,
+            open_world=open_world,
+            timeout_s=timeout_s,
+        )
+        setattr(fn, SPEC_ATTRIBUTE, spec)
+        return fn
+
+    if callable(name):
+        return mark(name)
+    return lambda fn: mark(fn, name)
+
+
+def spec_of(obj: object) -> ToolSpec | None:
+    """The ToolSpec `@tool` attached to obj, if any."""
+    spec = getattr(obj, SPEC_ATTRIBUTE, None)
+    return spec if isinstance(spec, ToolSpec) else None
