@@ -10,7 +10,7 @@ from .discovery import discover_tools
 from .errors import FatalError
 from .health import CallStats, CheckResult, make_health_tool
 from .logs import configure_logging
-from .project import DISPLAY_NAME, SLUG
+from .project import DISPLAY_NAME, SLUG, STRICT_ARGUMENTS
 from .server import ResilientServer
 from .settings import CoreSettings
 from .startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
@@ -31,10 +31,11 @@ def create_server(settings: CoreSettings, tools_package: ModuleType | None = Non
     """
     configure_logging(settings.log_level)
     if tools_package is None:
-        from .. import tools as tools_package
+        from .. import tools
+
+        tools_package = tools
     version = package_version()
     stats = CallStats()
-    server = ResilientServer(SLUG, title=DISPLAY_NAME, version=version, stats=stats, app_settings=settings)
 
     def data_dir_check() -> CheckResult:
         try:
@@ -43,14 +44,19 @@ def create_server(settings: CoreSettings, tools_package: ModuleType | None = Non
             return CheckResult(status="failing", detail=exc.problem)
         return CheckResult(status="ok", detail=str(settings.data_dir))
 
-    specs = [make_health_tool(stats, version, {"data_dir": data_dir_check}), *discover_tools(tools_package)]
-    seen: set[str] = set()
-    for spec in specs:
-        if spec.name in seen:
-            raise FatalError(f"a tool in tools/ is named {spec.name!r}, which the core reserves", "rename it")
-        seen.add(spec.name)
-        server.register(spec)
-    return server
+    health = make_health_tool(stats, version, {"data_dir": data_dir_check})
+    specs = discover_tools(tools_package)
+    if any(spec.name == health.name for spec in specs):
+        raise FatalError(f"a tool in tools/ is named {health.name!r}, which the core reserves", "rename it")
+    return ResilientServer(
+        SLUG,
+        title=DISPLAY_NAME,
+        version=version,
+        specs=[health, *specs],
+        app_settings=settings,
+        stats=stats,
+        strict=STRICT_ARGUMENTS,
+    )
 
 
 def build_from_environment() -> ResilientServer:

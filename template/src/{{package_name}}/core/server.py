@@ -1,58 +1,182 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
-"""`ResilientServer`: the SDK's MCPServer with one seam that sees every tool call."""
+"""`ResilientServer`: the SDK's MCPServer with one seam that sees every tool call.
+
+`call_tool` is the verified seam: it receives the tool's own exception (as the
+`__cause__` of the SDK's ToolError), so here each call is validated, bounded in
+time, retried when safe, classified, counted and logged in one line.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import structlog
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.tools import Tool
 from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, InputRequiredResult
 
+from .fatal_exit import FatalExit, WatchedWriter
 from .health import CallStats
+from .logs import get_logger
+from .resilience import Attempts, Failure, run_with_retries
 from .settings import CoreSettings
 from .stdio_guard import ProtocolPipes
 from .tool import ToolSpec
+from .validation import ArgumentValidator, harden_schema, unknown_tool_message
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ServedTool:
+    spec: ToolSpec
+    validator: ArgumentValidator
+
+
+def build_tool(spec: ToolSpec, *, strict: bool) -> tuple[Tool, ServedTool]:
+    """The SDK Tool for a spec (schema hardened when strict) and what the seam needs to serve it."""
+    tool = Tool.from_function(
+        _cancellable(spec.fn),
+        name=spec.name,
+        title=spec.title,
+        description=spec.description,
+        annotations=spec.annotations(),
+    )
+    if strict:
+        tool.parameters = harden_schema(tool.parameters)
+    validator = ArgumentValidator(tool.parameters, tool.fn_metadata.arg_model, strict=strict)
+    return tool, ServedTool(spec, validator)
+
+
+def _cancellable(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a sync tool in a worker thread that a time limit can abandon (the SDK's cannot be)."""
+    if inspect.iscoroutinefunction(fn):
+        return fn
+
+    @functools.wraps(fn)
+    async def in_worker_thread(*args: Any, **kwargs: Any) -> Any:
+        call = functools.partial(fn, *args, **kwargs)
+        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+
+    return in_worker_thread
 
 
 class ResilientServer(MCPServer[Any]):
-    """MCPServer whose `call_tool` counts every call; serves stdio over private pipes."""
+    """MCPServer whose every tool call ends in a result the model can act on."""
 
     def __init__(
-        self, name: str, *, version: str, stats: CallStats, app_settings: CoreSettings, **kwargs: Any
+        self,
+        name: str,
+        *,
+        specs: list[ToolSpec],
+        app_settings: CoreSettings,
+        stats: CallStats,
+        strict: bool,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(name, version=version, **kwargs)
-        self.stats = stats
+        built = [build_tool(spec, strict=strict) for spec in specs]
+        super().__init__(name, tools=[tool for tool, _ in built], **kwargs)
+        self.served = {served.spec.name: served for _, served in built}
         self.app_settings = app_settings
-        self.specs: dict[str, ToolSpec] = {}
-
-    def register(self, spec: ToolSpec) -> None:
-        """Serve one `@tool` function with its description and annotations."""
-        self.specs[spec.name] = spec
-        self.add_tool(
-            spec.fn,
-            name=spec.name,
-            title=spec.title,
-            description=spec.description,
-            annotations=spec.annotations(),
-        )
+        self.stats = stats
+        self.fatal_exit: FatalExit | None = None  # armed only when serving a transport
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        correlation_id = uuid.uuid4().hex[:16]
+        started = time.perf_counter()
         self.stats.in_flight += 1
+        outcome = Attempts()
         try:
-            return await super().call_tool(name, arguments, context)
+            with structlog.contextvars.bound_contextvars(correlation_id=correlation_id, tool=name):
+                outcome = await self._call(name, arguments, context, correlation_id)
         finally:
             self.stats.in_flight -= 1
             self.stats.calls += 1
+        category = outcome.failure.category if outcome.failure else None
+        if category is not None:
+            self.stats.errors[category] += 1
+        log.info(
+            "tool_call",
+            tool=name,
+            correlation_id=correlation_id,
+            outcome="error" if category else "ok",
+            category=category,
+            duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            attempts=outcome.count,
+        )
+        if outcome.failure is not None:
+            if outcome.failure.category in ("internal", "fatal"):
+                log.error(
+                    "tool_failed",
+                    tool=name,
+                    correlation_id=correlation_id,
+                    exc_info=outcome.failure.error,
+                )
+            if outcome.failure.category == "fatal" and self.fatal_exit is not None:
+                self.fatal_exit.arm(context.request_id if context is not None else None)
+            return outcome.failure.result(correlation_id)
+        assert outcome.result is not None
+        return outcome.result
+
+    async def _call(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None, correlation_id: str
+    ) -> Attempts:
+        served = self.served.get(name)
+        if served is None:
+            return Attempts(failure=Failure.refusal("unknown_tool", unknown_tool_message(name, self.served)))
+        problem = served.validator.problem(arguments)
+        if problem is not None:
+            return Attempts(failure=Failure.refusal("invalid_input", problem))
+        spec, settings = served.spec, self.app_settings
+        timeout_s = spec.timeout_s or settings.tool_timeout_s
+        outcome = Attempts()
+        with anyio.move_on_after(timeout_s):
+            await run_with_retries(
+                lambda: self._run_tool(name, arguments, context),
+                outcome,
+                tool_name=name,
+                correlation_id=correlation_id,
+                may_retry=spec.safe_to_repeat,
+                max_attempts=settings.retry_max_attempts,
+                max_total_s=settings.retry_max_s,
+            )
+            return outcome
+        outcome.failure = Failure.refusal(
+            "timeout",
+            f"{name} did not finish within {timeout_s:g} s and was stopped; retry later, "
+            "or with less work if the tool allows it",
+        )
+        return outcome
+
+    async def _run_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None
+    ) -> CallToolResult:
+        result = await super().call_tool(name, arguments, context)
+        if not isinstance(result, CallToolResult):  # InputRequiredResult: not used by this core
+            raise TypeError(f"tool {name} asked for client input, which this server does not support")
+        return result
 
     async def serve_stdio(self, pipes: ProtocolPipes) -> None:
         """Serve JSON-RPC on the pipes `claim_stdio` set aside (the SDK's stdio loop, explicit streams)."""
+        self.fatal_exit = FatalExit()
         reader = anyio.wrap_file(pipes.reader())
-        writer = anyio.wrap_file(pipes.writer())
+        writer = anyio.wrap_file(WatchedWriter(pipes.raw_writer(), self.fatal_exit))
         async with stdio_server(reader, writer) as (read_stream, write_stream):
             # MCPServer.run_stdio_async does the same, on fds 0/1 it would restore at exit.
             lowlevel = self._lowlevel_server
             await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+
+    def serve_http(self, host: str, port: int) -> None:
+        """Streamable HTTP on /mcp; a fatal call is answered, then the process exits."""
+        self.fatal_exit = FatalExit(grace_s=1.0)
+        self.run("streamable-http", host=host, port=port, streamable_http_path="/mcp")

@@ -27,9 +27,8 @@ class ProtocolPipes:
         raw = os.fdopen(self.read_fd, "rb", closefd=False)
         return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
 
-    def writer(self) -> io.TextIOWrapper:
-        raw = os.fdopen(self.write_fd, "wb", closefd=False)
-        return io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
+    def raw_writer(self) -> io.BufferedWriter:
+        return os.fdopen(self.write_fd, "wb", closefd=False)
 
 
 def claim_stdio() -> ProtocolPipes:

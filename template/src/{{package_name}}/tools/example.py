@@ -12,7 +12,7 @@ from ..core import ToolInputError, tool
 @tool(read_only=True, open_world=False)
 def word_count(
     text: Annotated[str, Field(description="The text to count words in")],
-    min_length: Annotated[int, Field(description="Only count words at least this many characters long", ge=1)] = 1,
+    min_length: Annotated[int, Field(description="Count only words at least this long", ge=1)] = 1,
 ) -> int:
     """Count the words in a text, optionally only the longer ones."""
     if not text.strip():

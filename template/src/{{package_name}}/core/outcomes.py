@@ -1,0 +1,112 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""What a failed call looks like to the client: one shape, one table of categories.
+
+Every failure is an `isError` CallToolResult whose first text block reads
+`<category>: <message>` and whose `_meta.error` says the category, whether a retry
+can help, and the correlation id that finds the call in the server's log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mcp.types import CallToolResult, TextContent
+
+Category = Literal[
+    "unknown_tool",
+    "invalid_input",
+    "transient",
+    "timeout",
+    "conflict",
+    "in_doubt",
+    "terminal",
+    "internal",
+    "fatal",
+    "partial",
+]
+
+# Whether retrying the same call can help, by category (conflict: only while in progress).
+RETRYABLE: dict[Category, bool] = {
+    "unknown_tool": False,
+    "invalid_input": False,
+    "transient": True,
+    "timeout": True,
+    "conflict": False,
+    "in_doubt": False,
+    "terminal": False,
+    "internal": False,
+    "fatal": False,
+    "partial": False,
+}
+
+
+def failure(
+    category: Category,
+    message: str,
+    correlation_id: str,
+    *,
+    retryable: bool | None = None,
+    retry_after_s: float | None = None,
+    structured: dict[str, Any] | None = None,
+    content: Sequence[TextContent] = (),
+) -> CallToolResult:
+    """Build the one shape every failed call has."""
+    error: dict[str, Any] = {
+        "category": category,
+        "retryable": RETRYABLE[category] if retryable is None else retryable,
+        "correlation_id": correlation_id,
+    }
+    if retry_after_s is not None:
+        error["retry_after_s"] = round(retry_after_s, 3)
+    return CallToolResult(
+        content=[TextContent(type="text", text=f"{category}: {message}"), *content],
+        structured_content=structured,
+        is_error=True,
+        _meta={"error": error},
+    )
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a multi-part operation: what it was called, and how it went."""
+
+    name: str
+    ok: bool
+    result: Any = None
+    error: str = ""
+    retryable: bool = False
+
+
+class PartialResult(Exception):
+    """Raise from a tool to return what worked and what did not, as one isError result.
+
+    Example: `raise PartialResult([Part("a.txt", True, 120), Part("b.txt", False, error="not found")])`.
+    Raising (rather than returning) keeps the tool's declared return type honest.
+    """
+
+    def __init__(self, parts: Sequence[Part]) -> None:
+        failed = [p for p in parts if not p.ok]
+        super().__init__(f"{len(failed)} of {len(parts)} parts failed")
+        self.parts = list(parts)
+
+
+def partial_failure(parts: Sequence[Part], correlation_id: str) -> CallToolResult:
+    """Content for the parts that worked, isError, and a per-part status in structured content."""
+    failed = [p for p in parts if not p.ok]
+    message = f"{len(failed)} of {len(parts)} parts failed ({', '.join(p.name for p in failed)}); "
+    message += "the other parts succeeded: do not redo them, retry only the failed ones"
+    succeeded = [TextContent(type="text", text=f"{p.name}: {p.result}") for p in parts if p.ok]
+    status = {
+        p.name: {"status": "ok", "result": p.result} if p.ok else {"status": "error", "error": p.error}
+        for p in parts
+    }
+    return failure(
+        "partial",
+        message,
+        correlation_id,
+        retryable=any(p.retryable for p in failed),
+        structured={"parts": status},
+        content=succeeded,
+    )

@@ -1,0 +1,139 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""Handler-side validation: a bad call is refused before the tool (or anything) runs.
+
+Strict mode (the default) goes beyond the SDK, which coerces `"3"` to 3 and silently
+drops unknown arguments: unknown names are refused with a did-you-mean, required
+ones must be present, and types are not coerced. JSON sent as a string for a
+structured parameter is refused too, with a hint to send the value itself: a model
+that sends strings where objects belong should learn it from the first answer, not
+be silently repaired on some calls and misread on others.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+_MAX_INPUT_CHARS = 40
+_MAX_ERRORS = 5
+_JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object"}
+
+
+def unknown_tool_message(name: str, declared: Iterable[str]) -> str:
+    names = sorted(declared)
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"no tool named {_shorten(name)!r}; {hint}declared tools: {', '.join(names)}"
+
+
+def harden_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Say `additionalProperties: false` on every object schema that lists its properties."""
+    hardened: dict[str, Any] = json.loads(json.dumps(schema))
+
+    def visit(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "object" and "properties" in node:
+                node.setdefault("additionalProperties", False)
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(hardened)
+    return hardened
+
+
+class ArgumentValidator:
+    """Checks one tool's arguments against its schema and its pydantic argument model."""
+
+    def __init__(self, schema: dict[str, Any], arg_model: type[BaseModel], *, strict: bool) -> None:
+        self.schema = schema
+        self.arg_model = arg_model
+        self.strict = strict
+        self._defs: dict[str, Any] = schema.get("$defs", {})
+
+    def problem(self, arguments: Mapping[str, Any]) -> str | None:
+        """A message naming what is wrong, or None when the arguments are acceptable."""
+        if not self.strict:
+            return None  # the SDK validates, leniently, and its errors are described below
+        unknown = self._unknown_keys(arguments, self.schema, "")
+        if unknown:
+            return "; ".join(unknown)
+        try:
+            self.arg_model.model_validate_json(json.dumps(arguments), strict=True)
+        except ValidationError as exc:
+            return describe_validation_error(exc)
+        except (TypeError, ValueError):  # not JSON-serialisable: cannot have come from a client
+            return "arguments are not plain JSON values"
+        return None
+
+    def _resolve(self, node: Mapping[str, Any]) -> Mapping[str, Any]:
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            resolved: Mapping[str, Any] = self._defs.get(ref.removeprefix("#/$defs/"), {})
+            return resolved
+        return node
+
+    def _unknown_keys(self, value: Any, node: Mapping[str, Any], path: str) -> list[str]:
+        node = self._resolve(node)
+        if not isinstance(value, dict):
+            if isinstance(value, list) and isinstance(node.get("items"), dict):
+                found: list[str] = []
+                for index, item in enumerate(value):
+                    found += self._unknown_keys(item, node["items"], f"{path}[{index}]")
+                return found
+            return []
+        options = node.get("anyOf") or node.get("oneOf")
+        if options:  # e.g. Optional[Model]: check against the object option, if exactly one
+            objects = [o for o in map(self._resolve, options) if "properties" in o]
+            return self._unknown_keys(value, objects[0], path) if len(objects) == 1 else []
+        properties = node.get("properties")
+        if not isinstance(properties, dict):
+            return []
+        problems = []
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else key
+            if key not in properties:
+                close = difflib.get_close_matches(key, list(properties), n=1, cutoff=0.6)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                accepted = ", ".join(properties) or "none"
+                problems.append(f"unknown argument {_shorten(where)!r}{hint}; accepted here: {accepted}")
+            else:
+                problems += self._unknown_keys(item, properties[key], where)
+        return problems
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem: the field's path, what was expected, and what came (shortened)."""
+    errors = exc.errors(include_url=False)
+    lines = [_describe(error) for error in errors[:_MAX_ERRORS]]
+    if len(errors) > _MAX_ERRORS:
+        lines.append(f"and {len(errors) - _MAX_ERRORS} more")
+    return "; ".join(lines)
+
+
+def _describe(error: ErrorDetails) -> str:
+    path = ".".join(str(part) for part in error["loc"]) or "arguments"
+    if error["type"] == "missing":
+        return f"{path!r} is required but missing"
+    value = error["input"]
+    text = f"{path!r}: {error['msg'].rstrip('.')}, got {_json_type(value)} {_shorten(repr(value))}"
+    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+        text += " (send the value itself, not a string holding JSON)"
+    return text
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= _MAX_INPUT_CHARS else text[: _MAX_INPUT_CHARS - 3] + "..."
