@@ -23,11 +23,13 @@ def package_version() -> str:
         return "0+unknown"
 
 
-def create_server(settings: CoreSettings, tools_package: ModuleType | None = None) -> ResilientServer:
+def create_server(
+    settings: CoreSettings, tools_package: ModuleType | None = None, *, strict: bool | None = None
+) -> ResilientServer:
     """Configure logging, then build the server and register health_check and every tool.
 
     Logging comes first: MCPServer's constructor configures the root logger unless
-    it already has a handler.
+    it already has a handler. `strict` overrides the project's strict_arguments answer.
     """
     configure_logging(settings.log_level)
     if tools_package is None:
@@ -55,7 +57,7 @@ def create_server(settings: CoreSettings, tools_package: ModuleType | None = Non
         specs=[health, *specs],
         app_settings=settings,
         stats=stats,
-        strict=STRICT_ARGUMENTS,
+        strict=STRICT_ARGUMENTS if strict is None else strict,
     )
 
 
