@@ -11,7 +11,7 @@ import logging
 import re
 import sys
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -30,6 +30,16 @@ def redact_secrets(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mut
     return event_dict
 
 
+class _CurrentStderr:
+    """Writes to whatever `sys.stderr` is now: loggers are cached, the stream may be swapped."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(level: str = "info") -> None:
     """Route structlog and the standard library (the SDK, uvicorn) to one JSON stream on stderr."""
     numeric_level = logging.getLevelNamesMapping()[level.upper()]
@@ -46,7 +56,7 @@ def configure_logging(level: str = "info") -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
-        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.WriteLoggerFactory(file=cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=True,
     )
     handler = logging.StreamHandler(sys.stderr)

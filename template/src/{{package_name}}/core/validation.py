@@ -100,7 +100,7 @@ class ArgumentValidator:
         for key, item in value.items():
             where = f"{path}.{key}" if path else key
             if key not in properties:
-                close = difflib.get_close_matches(key, list(properties), n=1, cutoff=0.6)
+                close = difflib.get_close_matches(key, list(properties), n=1, cutoff=0.5)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 accepted = ", ".join(properties) or "none"
                 problems.append(f"unknown argument {_shorten(where)!r}{hint}; accepted here: {accepted}")
