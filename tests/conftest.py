@@ -1,0 +1,84 @@
+"""Fixtures: an isolated git and copier, the tagged template snapshot, rendered projects."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from .answers import MATRIX, answers
+from .gitrepo import BASE_TAG, TemplateRepo
+from .project_env import ProjectEnv
+from .rendering import render
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Commits need an identity, and the user's git or copier settings must not leak in."""
+    home = tmp_path_factory.mktemp("config")
+    gitconfig = home / "gitconfig"
+    gitconfig.write_text(
+        "[init]\n\tdefaultBranch = main\n[commit]\n\tgpgsign = false\n[tag]\n\tgpgsign = false\n",
+        encoding="utf-8",
+    )
+    copier_settings = home / "copier-settings.yml"
+    copier_settings.write_text("trust: []\n", encoding="utf-8")
+    with pytest.MonkeyPatch.context() as patch:
+        for variable, value in {
+            "GIT_AUTHOR_NAME": "Template Tests",
+            "GIT_AUTHOR_EMAIL": "template-tests@example.com",
+            "GIT_COMMITTER_NAME": "Template Tests",
+            "GIT_COMMITTER_EMAIL": "template-tests@example.com",
+            "GIT_CONFIG_GLOBAL": str(gitconfig),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "COPIER_SETTINGS_PATH": str(copier_settings),
+        }.items():
+            patch.setenv(variable, value)
+        yield
+
+
+@pytest.fixture(scope="session")
+def template_repo(tmp_path_factory: pytest.TempPathFactory) -> TemplateRepo:
+    """The work tree as it is now, committed and tagged `BASE_TAG`; read-only for tests."""
+    return TemplateRepo.snapshot(tmp_path_factory.mktemp("snapshot") / "template")
+
+
+@pytest.fixture
+def own_template_repo(template_repo: TemplateRepo, tmp_path: Path) -> TemplateRepo:
+    """A private copy of the snapshot, for a test that releases new template versions."""
+    return template_repo.copy(tmp_path / "template")
+
+
+@pytest.fixture(scope="session")
+def rendered_project(
+    template_repo: TemplateRepo, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], Path]:
+    """The project rendered for a MATRIX entry, once per session; tests must not change it."""
+    cache: dict[str, Path] = {}
+
+    def get(entry: str) -> Path:
+        if entry not in cache:
+            destination = tmp_path_factory.mktemp(f"rendered-{entry}") / "project"
+            cache[entry] = render(template_repo.path, destination, answers(**MATRIX[entry]), BASE_TAG)
+        return cache[entry]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def project_env(
+    rendered_project: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], ProjectEnv]:
+    """The rendered project of a MATRIX entry installed in its own venv, once per session."""
+    cache: dict[str, ProjectEnv] = {}
+
+    def get(entry: str) -> ProjectEnv:
+        if entry not in cache:
+            venv = tmp_path_factory.mktemp(f"venv-{entry}") / "venv"
+            cache[entry] = ProjectEnv.create(
+                rendered_project(entry), venv, answers(**MATRIX[entry])["python_version"]
+            )
+        return cache[entry]
+
+    return get

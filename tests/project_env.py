@@ -1,0 +1,89 @@
+"""A uv virtual environment per rendered project, to run the project's own mypy and pytest."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+def uv_executable() -> str:
+    """The uv next to this interpreter (nox installs it there), else the one on PATH."""
+    beside = Path(sys.executable).with_name("uv")
+    found = str(beside) if beside.exists() else shutil.which("uv")
+    if found is None:
+        pytest.fail("uv is not installed: `python3 -m pip install uv`")
+    return found
+
+
+def run(command: list[str], cwd: Path, *, env: dict[str, str] | None = None, timeout: float = 900) -> str:
+    """Run a command; on failure the assertion shows the end of its output."""
+    result = subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    output = result.stdout + result.stderr
+    if result.returncode != 0:
+        raise AssertionError(f"`{' '.join(command)}` exited {result.returncode} in {cwd}:\n{output[-6000:]}")
+    return output
+
+
+def find_python(version: str) -> str:
+    """An installed interpreter of `version`; the entry is skipped when there is none."""
+    result = subprocess.run(
+        [uv_executable(), "python", "find", "--no-python-downloads", version],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"Python {version} is not installed here (`uv python install {version}` adds it)")
+    return result.stdout.strip()
+
+
+@dataclass(frozen=True)
+class ProjectEnv:
+    """A rendered project installed with `uv pip install -e '.[dev]'` in its own venv."""
+
+    project: Path
+    venv: Path
+
+    @classmethod
+    def create(cls, project: Path, venv: Path, python_version: str) -> ProjectEnv:
+        uv = uv_executable()
+        run([uv, "venv", "--quiet", "--python", find_python(python_version), str(venv)], cwd=project)
+        run(
+            [
+                uv,
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                str(venv / "bin" / "python"),
+                "-e",
+                f"{project}[dev]",
+            ],
+            cwd=project,
+        )
+        return cls(project, venv)
+
+    @property
+    def environ(self) -> dict[str, str]:
+        """This environment activated: its commands (`<slug>`, mypy, pytest) come first on PATH."""
+        env = {key: value for key, value in os.environ.items() if key not in {"PYTHONHOME", "PYTHONPATH"}}
+        env["VIRTUAL_ENV"] = str(self.venv)
+        env["PATH"] = f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def run(self, *command: str, timeout: float = 900) -> str:
+        """Run one of the environment's commands in the project folder."""
+        return run(
+            [str(self.venv / "bin" / command[0]), *command[1:]],
+            self.project,
+            env=self.environ,
+            timeout=timeout,
+        )
