@@ -1,0 +1,159 @@
+"""Rendering every MATRIX entry: clean output, recorded answers, lint, types, own tests."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import tomllib
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .answers import MATRIX, answers
+from .gitrepo import BASE_TAG, TemplateRepo
+from .project_env import ProjectEnv, run
+from .rendering import TEMPLATE_OWNED_HEADER, is_owner_owned, jinja_leftovers, render, tree
+
+ENTRIES = list(MATRIX)
+RenderedProject = Callable[[str], Path]
+
+LICENSE_FIRST_WORDS = {
+    "MIT": "MIT License",
+    "Apache-2.0": "Apache License",
+    "BSD-3-Clause": "BSD 3-Clause License",
+}
+
+
+def text_files(project: Path) -> dict[str, str]:
+    texts: dict[str, str] = {}
+    for relpath, content in tree(project).items():
+        try:
+            texts[relpath] = content.decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # binary: nothing Jinja could have left in it
+    return texts
+
+
+def test_leftover_detector_flags_jinja_but_not_python_braces() -> None:
+    assert jinja_leftovers("name = '{{ package_name }}'") == ["{{ package_name }}"]
+    assert jinja_leftovers("x = '{{ project_slug | upper }}'") == ["{{ project_slug | upper }}"]
+    assert jinja_leftovers("{%- if license != 'MIT' %}") == ["{%- if"]
+    assert jinja_leftovers("{# a note\n for later #}") == ["{# a note\n for later #}"]
+    python = 'f"{{literal}} {value}"\nd = {"a": {"b": 1}}\necho "${#items[@]}"\nf"{{{x}}}"\n'
+    assert jinja_leftovers(python) == []
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_no_jinja_is_left_in_names_or_text(rendered_project: RenderedProject, entry: str) -> None:
+    project = rendered_project(entry)
+
+    leftovers = {
+        relpath: found for relpath, text in text_files(project).items() if (found := jinja_leftovers(text))
+    }
+    odd_names = [relpath for relpath in tree(project) if relpath.endswith(".jinja") or "{" in relpath]
+
+    assert leftovers == {}, f"unrendered Jinja: {leftovers}"
+    assert odd_names == [], f"unrendered file names: {odd_names}"
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_answers_file_records_the_answers(
+    template_repo: TemplateRepo, rendered_project: RenderedProject, entry: str
+) -> None:
+    recorded = yaml.safe_load((rendered_project(entry) / ".copier-answers.yml").read_text(encoding="utf-8"))
+
+    assert {name: recorded.get(name) for name in answers()} == answers(**MATRIX[entry])
+    assert recorded["_src_path"] == str(template_repo.path)
+    assert recorded["_commit"] == BASE_TAG
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_template_owned_python_files_say_so_in_their_first_line(
+    rendered_project: RenderedProject, entry: str
+) -> None:
+    project = rendered_project(entry)
+    package = answers(**MATRIX[entry])["package_name"]
+
+    template_owned = [
+        relpath
+        for relpath in text_files(project)
+        if relpath.endswith(".py") and not is_owner_owned(relpath, package)
+    ]
+    without_header = [
+        relpath
+        for relpath in template_owned
+        if not (project / relpath).read_text(encoding="utf-8").startswith(TEMPLATE_OWNED_HEADER)
+    ]
+
+    assert f"src/{package}/core/app.py" in template_owned
+    assert without_header == [], f"no {TEMPLATE_OWNED_HEADER!r} line first in: {', '.join(without_header)}"
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_license_file_matches_the_chosen_license(rendered_project: RenderedProject, entry: str) -> None:
+    project = rendered_project(entry)
+    chosen = answers(**MATRIX[entry])["license"]
+    metadata = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+    if chosen == "Proprietary":
+        assert not (project / "LICENSE").exists()
+        assert "license" not in metadata
+    else:
+        text = (project / "LICENSE").read_text(encoding="utf-8")
+        assert text.strip().startswith(LICENSE_FIRST_WORDS[chosen])
+        assert metadata["license"] == chosen
+        if chosen != "Apache-2.0":  # the Apache text has no copyright line to fill in
+            assert answers(**MATRIX[entry])["author_name"] in text
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_second_render_with_the_same_answers_is_byte_identical(
+    template_repo: TemplateRepo, rendered_project: RenderedProject, tmp_path: Path, entry: str
+) -> None:
+    again = render(template_repo.path, tmp_path / "again", answers(**MATRIX[entry]), BASE_TAG)
+
+    first, second = tree(rendered_project(entry)), tree(again)
+    assert sorted(first) == sorted(second)
+    differing = [relpath for relpath in first if first[relpath] != second[relpath]]
+    assert differing == [], f"differ between two renders: {differing}"
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_ruff_check_passes(rendered_project: RenderedProject, entry: str) -> None:
+    run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], rendered_project(entry))
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_ruff_format_leaves_nothing_to_change(rendered_project: RenderedProject, entry: str) -> None:
+    run([sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "."], rendered_project(entry))
+
+
+def test_description_with_quotes_and_backslashes_gives_valid_python(
+    template_repo: TemplateRepo, tmp_path: Path
+) -> None:
+    description = 'Reads "quoted" text, {braces}, a C:\\path\\ and ends with "quotes"'
+    project = render(template_repo.path, tmp_path / "project", answers(description=description), BASE_TAG)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an invalid escape such as "\p" is a SyntaxWarning
+        for relpath, text in text_files(project).items():
+            if relpath.endswith(".py"):
+                ast.parse(text, filename=relpath)
+    metadata = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert metadata["description"] == description
+    run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], project)
+
+
+@pytest.mark.generated
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_mypy_strict_passes(project_env: Callable[[str], ProjectEnv], entry: str) -> None:
+    project_env(entry).run("mypy", "--strict")
+
+
+@pytest.mark.generated
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_project_own_tests_pass(project_env: Callable[[str], ProjectEnv], entry: str) -> None:
+    project_env(entry).run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider")
