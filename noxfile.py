@@ -1,0 +1,91 @@
+"""Checks of this template repository: `nox` runs lint, the template's tests and the generated ones."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+from typing import Any
+
+import nox
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.sessions = ["lint", "tests", "generated"]
+
+ROOT = Path(__file__).resolve().parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+TEST_DEPS = nox.project.dependency_groups(PYPROJECT, "test")
+LINT_DEPS = nox.project.dependency_groups(PYPROJECT, "lint")
+OWN_PYTHON = ["tests", "noxfile.py"]  # template/ holds Jinja: it is checked through rendered projects
+
+# Matrix entries whose rendered project also runs its own `nox` (one per idempotency backend).
+OWN_NOX_ENTRIES = ["defaults", "proprietary-postgres"]
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Ruff (lint and format) and mypy --strict over the repository's own Python."""
+    session.install(*LINT_DEPS)
+    session.run("ruff", "check", *OWN_PYTHON, *session.posargs)
+    session.run("ruff", "format", "--check", *OWN_PYTHON)
+    session.run("mypy")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The template's fast tests: questions, rendering, ruff on rendered projects, updates."""
+    session.install(*TEST_DEPS)
+    session.run("pytest", "-m", "not generated", *session.posargs)
+
+
+@nox.session
+def generated(session: nox.Session) -> None:
+    """Rendered projects' mypy and tests, then their own `nox`, for the answer matrix."""
+    session.install(*TEST_DEPS, "nox")
+    session.run("pytest", "-m", "generated", *session.posargs)
+    for entry in OWN_NOX_ENTRIES:
+        project = render_entry(session, entry, Path(session.create_tmp()) / f"own-nox-{entry}")
+        with session.chdir(project):
+            session.run("nox", "--non-interactive")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Create a server from this checkout and show it answering over stdio (`-- DIR` keeps it)."""
+    session.install("copier>=9.19,<10")
+    target = Path(session.posargs[0]) if session.posargs else Path(session.create_tmp()) / "demo-server"
+    project = render_entry(session, "defaults", target.resolve())
+    answers = matrix_answers("defaults")
+    slug, package = answers["project_slug"], answers["package_name"]
+    # Keep the demo's idempotency table out of the user's own state directory.
+    env = {f"{answers['env_prefix']}DATA_DIR": str(project.parent / "demo-data")}
+    session.install("-e", str(project))
+    session.run(slug, "check", env=env)
+    if (project / "src" / package / "diagnose.py").exists():
+        # One JSON report: handshake in both protocol eras, tools/list size, health_check.
+        session.run(slug, "diagnose", env=env)
+    session.run("python", str(ROOT / "tests" / "stdio_client.py"), slug, "serve", env=env)
+    session.log(f"The server is in {project}; `{slug} serve` starts it over stdio.")
+
+
+def matrix_answers(entry: str) -> dict[str, Any]:
+    """The tests' answers for a MATRIX entry (tests/answers.py is plain data: load it as a file)."""
+    spec = importlib.util.spec_from_file_location("template_test_answers", ROOT / "tests" / "answers.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found: dict[str, Any] = module.answers(**module.MATRIX[entry])
+    return found
+
+
+def render_entry(session: nox.Session, entry: str, destination: Path) -> Path:
+    """`copier copy` of the work tree (uncommitted edits included) with a MATRIX entry's answers."""
+    if destination.exists():
+        shutil.rmtree(destination)
+    data = [f"--data={key}={value}" for key, value in matrix_answers(entry).items()]
+    session.run(
+        "copier", "copy", "--quiet", "--defaults", "--vcs-ref=HEAD", *data, str(ROOT), str(destination)
+    )
+    return destination
