@@ -52,6 +52,7 @@ from {PACKAGE}.tools.greetings import greet
 def test_greet_names_the_person() -> None:
     assert greet("Ada") == "Hello, Ada!"
 '''
+EXAMPLE_FILES = [f"src/{PACKAGE}/tools/example.py", "tests/tools/test_example.py"]
 OWNER_FILES = {
     f"src/{PACKAGE}/tools/greetings.py": OWNER_TOOL,
     "tests/tools/test_greetings.py": OWNER_TOOL_TEST,
@@ -76,7 +77,8 @@ def copy_and_make_it_mine(template: TemplateRepo, destination: Path, *, delete_e
     with (project / "src" / PACKAGE / "settings.py").open("a", encoding="utf-8") as settings:
         settings.write("# Owner: greeting settings will go here.\n")
     if delete_example:
-        (project / "src" / PACKAGE / "tools" / "example.py").unlink()
+        for relpath in EXAMPLE_FILES:
+            (project / relpath).unlink(missing_ok=True)
     init_and_commit(project, "Owner's tool and notes")
     owned = {relpath: data for relpath, data in tree(project).items() if is_owner_owned(relpath, PACKAGE)}
     return OwnedProject(project, owned)
@@ -154,7 +156,7 @@ def test_update_does_not_bring_back_a_deleted_example_tool(
     update(owned.path, release_new_version(own_template_repo))
 
     assert_merged_cleanly(owned.path)
-    assert not (owned.path / "src" / PACKAGE / "tools" / "example.py").exists()
+    assert [relpath for relpath in EXAMPLE_FILES if (owned.path / relpath).exists()] == []
 
 
 def test_update_to_the_same_version_changes_nothing(own_template_repo: TemplateRepo, tmp_path: Path) -> None:
