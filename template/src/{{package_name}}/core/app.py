@@ -9,6 +9,8 @@ from types import ModuleType
 from .discovery import discover_tools
 from .errors import FatalError
 from .health import CallStats, CheckResult, make_health_tool
+from .idempotency import create_store
+from .idempotent_call import StoreHandle
 from .logs import configure_logging
 from .project import DISPLAY_NAME, SLUG, STRICT_ARGUMENTS
 from .server import ResilientServer
@@ -30,6 +32,7 @@ def create_server(
 
     Logging comes first: MCPServer's constructor configures the root logger unless
     it already has a handler. `strict` overrides the project's strict_arguments answer.
+    The idempotency store is opened when serving starts (or on first use).
     """
     configure_logging(settings.log_level)
     if tools_package is None:
@@ -38,15 +41,25 @@ def create_server(
         tools_package = tools
     version = package_version()
     stats = CallStats()
+    store = StoreHandle(create_store(settings))
 
-    def data_dir_check() -> CheckResult:
+    async def data_dir_check() -> CheckResult:
         try:
             check_data_dir(settings.data_dir)
         except FatalError as exc:
             return CheckResult(status="failing", detail=exc.problem)
         return CheckResult(status="ok", detail=str(settings.data_dir))
 
-    health = make_health_tool(stats, version, {"data_dir": data_dir_check})
+    async def store_check() -> CheckResult:
+        status, detail = await (await store.get()).check()
+        return CheckResult(status=status, detail=detail)
+
+    async def keys_in_doubt() -> int:
+        return await (await store.get()).in_doubt_count()
+
+    health = make_health_tool(
+        stats, version, {"data_dir": data_dir_check, "idempotency_store": store_check}, keys_in_doubt
+    )
     specs = discover_tools(tools_package)
     if any(spec.name == health.name for spec in specs):
         raise FatalError(f"a tool in tools/ is named {health.name!r}, which the core reserves", "rename it")
@@ -57,6 +70,7 @@ def create_server(
         specs=[health, *specs],
         app_settings=settings,
         stats=stats,
+        store=store,
         strict=STRICT_ARGUMENTS if strict is None else strict,
     )
 

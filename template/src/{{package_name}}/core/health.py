@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -29,8 +29,8 @@ class HealthReport(BaseModel):
     checks: dict[str, CheckResult] = Field(description="one entry per dependency")
     calls: int = Field(description="tool calls answered since start")
     errors: dict[str, int] = Field(description="failed calls by category")
-    in_flight: int = Field(description="tool calls running now")
-    keys_in_doubt: int = Field(description="idempotency keys whose outcome is unknown")
+    in_flight: int = Field(description="tool calls running now, this one included")
+    keys_in_doubt: int | None = Field(description="idempotency keys whose outcome is unknown (null: unknown)")
 
 
 @dataclass
@@ -46,22 +46,26 @@ class CallStats:
         return round(time.monotonic() - self.started_at, 3)
 
 
-HealthCheck = Callable[[], CheckResult]
+HealthCheck = Callable[[], Awaitable[CheckResult]]
 
 
 def make_health_tool(
     stats: CallStats,
     version: str,
     checks: Mapping[str, HealthCheck],
-    keys_in_doubt: Callable[[], int] = lambda: 0,
+    keys_in_doubt: Callable[[], Awaitable[int]],
 ) -> ToolSpec:
     """Build the health_check tool over this server's counters and dependency checks."""
 
     @tool(read_only=True, open_world=False, title="Health check")
-    def health_check() -> HealthReport:
+    async def health_check() -> HealthReport:
         """Report whether this server and its dependencies work; call it when other tools fail."""
-        results = {name: _run_check(check) for name, check in checks.items()}
+        results = {name: await _run_check(check) for name, check in checks.items()}
         worst = max((r.status for r in results.values()), key=_RANK.__getitem__, default="ok")
+        try:
+            in_doubt: int | None = await keys_in_doubt()
+        except Exception:  # the store's own check above says why
+            in_doubt = None
         return HealthReport(
             status=worst,
             version=version,
@@ -70,7 +74,7 @@ def make_health_tool(
             calls=stats.calls,
             errors=dict(stats.errors),
             in_flight=stats.in_flight,
-            keys_in_doubt=keys_in_doubt(),
+            keys_in_doubt=in_doubt,
         )
 
     spec = spec_of(health_check)
@@ -78,8 +82,8 @@ def make_health_tool(
     return spec
 
 
-def _run_check(check: HealthCheck) -> CheckResult:
+async def _run_check(check: HealthCheck) -> CheckResult:
     try:
-        return check()
+        return await check()
     except Exception as exc:  # a check that crashes is itself the finding
         return CheckResult(status="failing", detail=type(exc).__name__)

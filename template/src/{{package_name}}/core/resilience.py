@@ -31,16 +31,30 @@ class Failure:
     message: str
     error: BaseException
     retry_after_s: float | None = None
+    retryable: bool | None = None  # None: as the category says
 
     @classmethod
-    def refusal(cls, category: Category, message: str) -> Failure:
+    def refusal(
+        cls,
+        category: Category,
+        message: str,
+        *,
+        retryable: bool | None = None,
+        retry_after_s: float | None = None,
+    ) -> Failure:
         """A failure found by the server itself, before or around the tool."""
-        return cls(category, message, ToolInputError(message))
+        return cls(category, message, ToolInputError(message), retry_after_s, retryable)
 
     def result(self, correlation_id: str) -> CallToolResult:
         if isinstance(self.error, PartialResult):
             return partial_failure(self.error.parts, correlation_id)
-        return failure(self.category, self.message, correlation_id, retry_after_s=self.retry_after_s)
+        return failure(
+            self.category,
+            self.message,
+            correlation_id,
+            retryable=self.retryable,
+            retry_after_s=self.retry_after_s,
+        )
 
 
 def classify(exc: Exception, tool_name: str, correlation_id: str) -> Failure:

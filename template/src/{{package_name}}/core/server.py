@@ -8,11 +8,8 @@ time, retried when safe, classified, counted and logged in one line.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,16 +20,22 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, InputRequiredResult
 
+from .entrypoints import entrypoint
+from .errors import FatalError
 from .fatal_exit import FatalExit, WatchedWriter
 from .health import CallStats
+from .idempotency import KEY_ARGUMENT, fingerprint
+from .idempotent_call import StoreHandle, run_once
 from .logs import get_logger
 from .resilience import Attempts, Failure, run_with_retries
 from .settings import CoreSettings
+from .startup import exit_fatal
 from .stdio_guard import ProtocolPipes
 from .tool import ToolSpec
 from .validation import ArgumentValidator, harden_schema, unknown_tool_message
 
 log = get_logger(__name__)
+LEASE_MARGIN_S = 30.0  # a claim outlives the call's time limit by this much before it is in doubt
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class ServedTool:
 def build_tool(spec: ToolSpec, *, strict: bool) -> tuple[Tool, ServedTool]:
     """The SDK Tool for a spec (schema hardened when strict) and what the seam needs to serve it."""
     tool = Tool.from_function(
-        _cancellable(spec.fn),
+        entrypoint(spec),
         name=spec.name,
         title=spec.title,
         description=spec.description,
@@ -54,19 +57,6 @@ def build_tool(spec: ToolSpec, *, strict: bool) -> tuple[Tool, ServedTool]:
         tool.parameters = harden_schema(tool.parameters)
     validator = ArgumentValidator(tool.parameters, tool.fn_metadata.arg_model, strict=strict)
     return tool, ServedTool(spec, validator)
-
-
-def _cancellable(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Run a sync tool in a worker thread that a time limit can abandon (the SDK's cannot be)."""
-    if inspect.iscoroutinefunction(fn):
-        return fn
-
-    @functools.wraps(fn)
-    async def in_worker_thread(*args: Any, **kwargs: Any) -> Any:
-        call = functools.partial(fn, *args, **kwargs)
-        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
-
-    return in_worker_thread
 
 
 class ResilientServer(MCPServer[Any]):
@@ -79,6 +69,7 @@ class ResilientServer(MCPServer[Any]):
         specs: list[ToolSpec],
         app_settings: CoreSettings,
         stats: CallStats,
+        store: StoreHandle,
         strict: bool,
         **kwargs: Any,
     ) -> None:
@@ -87,6 +78,7 @@ class ResilientServer(MCPServer[Any]):
         self.served = {served.spec.name: served for _, served in built}
         self.app_settings = app_settings
         self.stats = stats
+        self.store = store
         self.fatal_exit: FatalExit | None = None  # armed only when serving a transport
 
     async def call_tool(
@@ -139,24 +131,37 @@ class ResilientServer(MCPServer[Any]):
             return Attempts(failure=Failure.refusal("invalid_input", problem))
         spec, settings = served.spec, self.app_settings
         timeout_s = spec.timeout_s or settings.tool_timeout_s
-        outcome = Attempts()
-        with anyio.move_on_after(timeout_s):
-            await run_with_retries(
-                lambda: self._run_tool(name, arguments, context),
-                outcome,
-                tool_name=name,
-                correlation_id=correlation_id,
-                may_retry=spec.safe_to_repeat,
-                max_attempts=settings.retry_max_attempts,
-                max_total_s=settings.retry_max_s,
+
+        async def run(outcome: Attempts) -> Attempts:
+            with anyio.move_on_after(timeout_s):
+                await run_with_retries(
+                    lambda: self._run_tool(name, arguments, context),
+                    outcome,
+                    tool_name=name,
+                    correlation_id=correlation_id,
+                    may_retry=spec.safe_to_repeat,
+                    max_attempts=settings.retry_max_attempts,
+                    max_total_s=settings.retry_max_s,
+                )
+                return outcome
+            outcome.failure = Failure.refusal(
+                "timeout",
+                f"{name} did not finish within {timeout_s:g} s and was stopped; retry later, "
+                "or with less work if the tool allows it",
             )
             return outcome
-        outcome.failure = Failure.refusal(
-            "timeout",
-            f"{name} did not finish within {timeout_s:g} s and was stopped; retry later, "
-            "or with less work if the tool allows it",
+
+        if not spec.side_effect:
+            return await run(Attempts())
+        return await run_once(
+            await self.store.get(),
+            tool=name,
+            key=arguments[KEY_ARGUMENT],
+            fingerprint=fingerprint(served.validator.canonical(arguments)),
+            lease_s=timeout_s + LEASE_MARGIN_S,
+            correlation_id=correlation_id,
+            run=run,
         )
-        return outcome
 
     async def _run_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None
@@ -166,17 +171,37 @@ class ResilientServer(MCPServer[Any]):
             raise TypeError(f"tool {name} asked for client input, which this server does not support")
         return result
 
+    async def open_dependencies(self) -> None:
+        """The start-up checks that need the event loop: the idempotency store opens, or exit 78."""
+        try:
+            await self.store.get()
+        except FatalError as exc:
+            exit_fatal(exc)
+
+    async def check_dependencies(self) -> None:
+        """Open and close every dependency once, as `check` does; exit 78 on failure."""
+        await self.open_dependencies()
+        await self.store.close()
+
     async def serve_stdio(self, pipes: ProtocolPipes) -> None:
         """Serve JSON-RPC on the pipes `claim_stdio` set aside (the SDK's stdio loop, explicit streams)."""
+        await self.open_dependencies()
         self.fatal_exit = FatalExit()
         reader = anyio.wrap_file(pipes.reader())
         writer = anyio.wrap_file(WatchedWriter(pipes.raw_writer(), self.fatal_exit))
-        async with stdio_server(reader, writer) as (read_stream, write_stream):
-            # MCPServer.run_stdio_async does the same, on fds 0/1 it would restore at exit.
-            lowlevel = self._lowlevel_server
-            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+        try:
+            async with stdio_server(reader, writer) as (read_stream, write_stream):
+                # MCPServer.run_stdio_async does the same, on fds 0/1 it would restore at exit.
+                lowlevel = self._lowlevel_server
+                await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+        finally:
+            await self.store.close()
 
-    def serve_http(self, host: str, port: int) -> None:
+    async def serve_http(self, host: str, port: int) -> None:
         """Streamable HTTP on /mcp; a fatal call is answered, then the process exits."""
+        await self.open_dependencies()
         self.fatal_exit = FatalExit(grace_s=1.0)
-        self.run("streamable-http", host=host, port=port, streamable_http_path="/mcp")
+        try:
+            await self.run_streamable_http_async(host=host, port=port, streamable_http_path="/mcp")
+        finally:
+            await self.store.close()

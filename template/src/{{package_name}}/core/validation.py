@@ -73,6 +73,14 @@ class ArgumentValidator:
             return "arguments are not plain JSON values"
         return None
 
+    def canonical(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments as the tool sees them (defaults filled in): what a fingerprint is taken of."""
+        try:
+            model = self.arg_model.model_validate_json(json.dumps(arguments), strict=self.strict)
+        except (ValidationError, TypeError, ValueError):  # lax mode: the SDK may still accept them
+            return dict(arguments)
+        return model.model_dump(mode="json", by_alias=True)
+
     def _resolve(self, node: Mapping[str, Any]) -> Mapping[str, Any]:
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith("#/$defs/"):
