@@ -3,10 +3,17 @@
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["lint", "typecheck", "tests"]
+
+# The project's command (`[project.scripts]`), so this file needs no rendering.
+PROJECT = tomllib.loads(Path(__file__).with_name("pyproject.toml").read_text(encoding="utf-8"))["project"]
+COMMAND = next(iter(PROJECT["scripts"]))
 
 
 @nox.session
@@ -29,3 +36,17 @@ def tests(session: nox.Session) -> None:
     """The test suite, against the installed server."""
     session.install("-e", ".[dev]")
     session.run("pytest", *session.posargs)
+
+
+@nox.session(default=False)
+def diagnose(session: nox.Session) -> None:
+    """Start the server as an MCP host would and print the handshake report (JSON); args go to diagnose."""
+    session.install("-e", ".")
+    session.run(COMMAND, "diagnose", *session.posargs)
+
+
+@nox.session(default=False)
+def budget(session: nox.Session) -> None:
+    """Print the tools/list budget table; fails when over budget or a tool has a problem."""
+    session.install("-e", ".")
+    session.run(COMMAND, "budget", *session.posargs)
