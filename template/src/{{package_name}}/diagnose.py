@@ -279,9 +279,10 @@ class HttpSession:
     `text/event-stream` whose events carry JSON-RPC messages.
     """
 
-    def __init__(self, url: str, era: Era) -> None:
+    def __init__(self, url: str, era: Era, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.url = url
         self.era = era
+        self.timeout = timeout  # for notifications, which have no answer to wait for
         self.session_id: str | None = None
         self.protocol_version: str | None = MODERN if era == MODERN else None
         self.noise: list[str] = []
@@ -392,7 +393,7 @@ class HttpSession:
         message = {"jsonrpc": "2.0", "method": method, **({"params": params} if params else {})}
         # A failure here shows up in the request that follows.
         with contextlib.suppress(HttpFailure, NoAnswer, ServerClosed):
-            self._post(message, timeout=DEFAULT_TIMEOUT_S, wanted=None)
+            self._post(message, timeout=self.timeout, wanted=None)
 
     def close(self) -> None:
         """End a 2025-era session politely; errors are irrelevant to the diagnosis."""
@@ -622,7 +623,7 @@ def probe_stdio(argv: Sequence[str], era: Era, *, timeout: float, env: Mapping[s
 
 def probe_http(url: str, era: Era, *, timeout: float) -> EraProbe:
     probe = EraProbe(era)
-    session = HttpSession(url, era)
+    session = HttpSession(url, era, timeout)
     converse(session, probe, timeout=timeout, started=time.monotonic())
     session.close()
     probe.noise = list(session.noise)
@@ -873,6 +874,8 @@ class Diagnosis:
                 problems.append(f"{probe.era}: health_check reports {probe.health_status}")
         if not self.http:
             for probe in self.answered:
+                if probe.failure is not None:
+                    continue  # its exit is part of that failure
                 if probe.killed:
                     problems.append(f"{probe.era}: the server did not exit after its stdin closed")
                 elif probe.exit_code not in (0, None):
@@ -902,7 +905,12 @@ class Diagnosis:
         hints += self._era_hints()
         hints += self._health_hints()
         for probe in self.answered:
-            if probe.killed:
+            if probe.failure == "closed" and not self.http:
+                last = _exception_line(probe.stderr) or _last_line(probe.stderr)
+                hints.append(f"{probe.detail}" + (f": {last}" if last else ""))
+            elif probe.failure is not None:
+                continue
+            elif probe.killed:
                 hints.append(
                     "the server kept running after its stdin closed and was killed: MCP hosts stop stdio "
                     "servers by closing stdin; a non-daemon thread or a blocking shutdown keeps it alive"
