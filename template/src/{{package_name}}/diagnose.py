@@ -29,12 +29,12 @@ stderr_tail, hints (the likely cause and the fix).
 
 Exit codes:
     0   healthy
-    1   unhealthy: answered, but health_check is not ok, tools/list failed, an era
-        this project must serve is missing, or the server did not exit cleanly
-        when its stdin closed
+    1   unhealthy: answered, but health_check is not ok, tools/list or health_check
+        failed, or the server did not exit cleanly when its stdin closed
     2   usage error
     3   no handshake: the server crashed, exited, refused, or could not be started
-    4   timeout: no answer within --timeout
+        (this project's own server: in either era)
+    4   timeout: no answer within --timeout (this project's own server: in either era)
     5   stdout noise: lines on stdout that are not JSON-RPC (clients choke on them)
     78  the server stopped at its start-up checks (its own exit 78 and FATAL line)
 """
@@ -1028,8 +1028,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_prog(),
         usage="%(prog)s [--timeout S] [--http URL | -- CMD [ARG ...]]",
-        description="Start an MCP server (default: this project's), try both protocol eras over raw "
-        "JSON-RPC, and print one JSON report: handshake, tools, health_check, stdout noise, stderr, hints.",
+        description="Start an MCP server (default: this project's), try both protocol eras over raw\n"
+        "JSON-RPC, and print one JSON report: handshake, tools, health_check, stdout noise,\n"
+        "stderr tail, and hints that name the likely cause and the fix.",
         epilog="exit codes:\n" + doc.split("Exit codes:\n", 1)[-1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
