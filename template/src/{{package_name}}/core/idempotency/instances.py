@@ -1,0 +1,143 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""Who owns a pending claim, and whether that owner is still alive.
+
+Every open store is an instance with a row (host, pid, heartbeat) in the table. A
+claim whose owner stopped beating, or whose process on this machine is gone, can
+never finish: it is in doubt. A SIGKILLed server's claims are therefore in doubt as
+soon as any process on the same machine looks, not only after the lease runs out.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from . import STALE_AFTER_BEATS
+
+_log = structlog.get_logger(__name__)
+
+# Instances open in this very process: a pid equal to ours is alive only if listed here
+# (after a container restart, our pid may be the one a dead server had).
+_OPEN_HERE: set[str] = set()
+
+
+@dataclass(frozen=True)
+class Instance:
+    """This store: `host_id` is equal for two processes exactly when their pids are comparable."""
+
+    instance_id: str
+    host_id: str
+    hostname: str
+    pid: int
+    heartbeat_s: float
+
+    @classmethod
+    def new(cls, heartbeat_s: float) -> Instance:
+        return cls(uuid.uuid4().hex, host_id(), socket.gethostname(), os.getpid(), heartbeat_s)
+
+    def mark_open(self) -> None:
+        _OPEN_HERE.add(self.instance_id)
+
+    def mark_closed(self) -> None:
+        _OPEN_HERE.discard(self.instance_id)
+
+
+@dataclass(frozen=True)
+class OwnerRow:
+    """What the instances table says about the owner of a claim."""
+
+    instance_id: str
+    host_id: str
+    hostname: str
+    pid: int
+    heartbeat_at: float
+    heartbeat_s: float  # the owner's own beat interval: it is stale after STALE_AFTER_BEATS of them
+
+
+def host_id() -> str:
+    """Hostname, boot id and pid namespace: containers on one machine do not share pids."""
+    parts = [socket.gethostname()]
+    try:
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+        parts.append(str(os.stat("/proc/self/ns/pid").st_ino))
+    except OSError:
+        pass
+    return ":".join(parts)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs on this machine (a zombie does not)."""
+    if sys.platform == "win32":
+        return True  # os.kill would terminate it; rely on heartbeats there
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    state = stat.rpartition(")")[2].split()[:1]
+    return state not in (["Z"], ["X"])
+
+
+def owner_gone_reason(owner: OwnerRow | None, me: Instance, now: float) -> str | None:
+    """Why a claim's owner can no longer finish it, or None while it may."""
+    if owner is None:
+        return "the server that claimed it has stopped"
+    if owner.instance_id == me.instance_id:
+        return None
+    where = f"{owner.hostname} pid {owner.pid}"
+    if now - owner.heartbeat_at > owner.heartbeat_s * STALE_AFTER_BEATS:
+        return f"the server that claimed it ({where}) stopped sending heartbeats"
+    if owner.host_id == me.host_id:
+        alive = owner.instance_id in _OPEN_HERE if owner.pid == me.pid else pid_alive(owner.pid)
+        if not alive:
+            return f"the server that claimed it ({where}) is no longer running"
+    return None
+
+
+class HeartbeatThread:
+    """Calls `beat` every `interval_s` in its own thread, so a busy event loop cannot starve it.
+
+    A tool that blocks the loop must not make its own server look dead to the others.
+    """
+
+    def __init__(self, beat: Callable[[], None], on_exit: Callable[[], None], interval_s: float) -> None:
+        self._beat = beat
+        self._on_exit = on_exit
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="idempotency-heartbeat", daemon=True)
+        self.last_error: str | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self._interval_s + 30)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self._interval_s):
+                try:
+                    self._beat()
+                    self.last_error = None
+                except Exception as exc:  # keep beating: the next beat may reach the database again
+                    self.last_error = type(exc).__name__
+                    _log.warning("idempotency_heartbeat_failed", error=type(exc).__name__, detail=str(exc))
+        finally:
+            self._on_exit()

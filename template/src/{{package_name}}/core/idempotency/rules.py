@@ -1,0 +1,69 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""The idempotency table's answers to an existing key: one function both backends call."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ..project import SLUG
+from . import MAX_RETRY_AFTER_S, Claim, HealthStatus, KeyState
+from .instances import HeartbeatThread, Instance, OwnerRow, owner_gone_reason
+
+LEASE_EXPIRED = "the call ran past its lease without finishing"
+SETTLED_DONE = "settled as done by an operator"
+MIN_RETRY_AFTER_S = 0.1
+
+
+@dataclass(frozen=True)
+class ExistingKey:
+    """A row found for (tool, key), with its owner's instance row if there is one."""
+
+    fingerprint: str
+    state: KeyState
+    result_json: str | None
+    lease_until: float
+    owner: OwnerRow | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    claim: Claim
+    now_in_doubt: str | None = None  # set: the pending row must become in doubt, with this note
+
+
+def judge(existing: ExistingKey, fingerprint: str, now: float, me: Instance) -> Verdict:
+    """The answer to a claim of a key that exists (and is within its TTL)."""
+    if existing.fingerprint != fingerprint:
+        return Verdict(Claim("conflict_arguments"))
+    if existing.state == "completed":
+        result = json.loads(existing.result_json) if existing.result_json else None
+        return Verdict(Claim("replay", result=result))
+    if existing.state == "in_doubt":
+        return Verdict(Claim("in_doubt"))
+    reason = pending_in_doubt_reason(existing, now, me)
+    if reason is not None:
+        return Verdict(Claim("in_doubt"), reason)
+    wait = min(max(existing.lease_until - now, MIN_RETRY_AFTER_S), MAX_RETRY_AFTER_S)
+    return Verdict(Claim("in_progress", retry_after_s=round(wait, 3)))
+
+
+def pending_in_doubt_reason(existing: ExistingKey, now: float, me: Instance) -> str | None:
+    """Why a pending claim can never finish (lease over, owner gone), or None while it may."""
+    if now >= existing.lease_until:
+        return LEASE_EXPIRED
+    return owner_gone_reason(existing.owner, me, now)
+
+
+def encode_result(result: object) -> str:
+    """Stored as ASCII JSON text: any string a tool returns survives both backends."""
+    return json.dumps(result, ensure_ascii=True, separators=(",", ":"))
+
+
+def health_verdict(in_doubt: int, heartbeat: HeartbeatThread | None, where: str) -> tuple[HealthStatus, str]:
+    """Degraded while the heartbeat fails or keys wait for an operator; ok otherwise."""
+    if heartbeat is not None and heartbeat.last_error is not None:
+        return "degraded", f"{where}: the heartbeat failed ({heartbeat.last_error})"
+    if in_doubt:
+        return "degraded", f"{where}: {in_doubt} keys in doubt; settle them with `{SLUG} keys`"
+    return "ok", where
