@@ -27,7 +27,7 @@ from .health import CallStats
 from .idempotency import KEY_ARGUMENT, fingerprint
 from .idempotent_call import StoreHandle, run_once
 from .logs import get_logger
-from .resilience import Attempts, Failure, run_with_retries
+from .resilience import Attempts, Failure, classify, run_with_retries
 from .settings import CoreSettings
 from .startup import exit_fatal
 from .stdio_guard import ProtocolPipes
@@ -55,7 +55,7 @@ def build_tool(spec: ToolSpec, *, strict: bool) -> tuple[Tool, ServedTool]:
     )
     if strict:
         tool.parameters = harden_schema(tool.parameters)
-    validator = ArgumentValidator(tool.parameters, tool.fn_metadata.arg_model, strict=strict)
+    validator = ArgumentValidator(tool.parameters, tool.fn_metadata, strict=strict, always=spec.side_effect)
     return tool, ServedTool(spec, validator)
 
 
@@ -91,6 +91,8 @@ class ResilientServer(MCPServer[Any]):
         try:
             with structlog.contextvars.bound_contextvars(correlation_id=correlation_id, tool=name):
                 outcome = await self._call(name, arguments, context, correlation_id)
+        except Exception as exc:  # a bug in this layer or a store: still an answer, never a leak
+            outcome.failure = classify(exc, name, correlation_id)
         finally:
             self.stats.in_flight -= 1
             self.stats.calls += 1
@@ -126,7 +128,7 @@ class ResilientServer(MCPServer[Any]):
         served = self.served.get(name)
         if served is None:
             return Attempts(failure=Failure.refusal("unknown_tool", unknown_tool_message(name, self.served)))
-        problem = served.validator.problem(arguments)
+        problem, validated = served.validator.check(arguments)
         if problem is not None:
             return Attempts(failure=Failure.refusal("invalid_input", problem))
         spec, settings = served.spec, self.app_settings
@@ -153,11 +155,13 @@ class ResilientServer(MCPServer[Any]):
 
         if not spec.side_effect:
             return await run(Attempts())
+        assert validated is not None  # side-effect tools are always validated first
+        canonical = validated.model_dump(mode="json", by_alias=True)
         return await run_once(
             await self.store.get(),
             tool=name,
-            key=arguments[KEY_ARGUMENT],
-            fingerprint=fingerprint(served.validator.canonical(arguments)),
+            key=canonical[KEY_ARGUMENT],
+            fingerprint=fingerprint(canonical),
             lease_s=timeout_s + LEASE_MARGIN_S,
             correlation_id=correlation_id,
             run=run,

@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -52,34 +53,36 @@ def harden_schema(schema: dict[str, Any]) -> dict[str, Any]:
 class ArgumentValidator:
     """Checks one tool's arguments against its schema and its pydantic argument model."""
 
-    def __init__(self, schema: dict[str, Any], arg_model: type[BaseModel], *, strict: bool) -> None:
+    def __init__(
+        self, schema: dict[str, Any], metadata: FuncMetadata, *, strict: bool, always: bool = False
+    ) -> None:
+        """`always`: validate even in lax mode (the tool claims an idempotency key first)."""
         self.schema = schema
-        self.arg_model = arg_model
+        self.metadata = metadata
         self.strict = strict
+        self.always = always
         self._defs: dict[str, Any] = schema.get("$defs", {})
 
-    def problem(self, arguments: Mapping[str, Any]) -> str | None:
-        """A message naming what is wrong, or None when the arguments are acceptable."""
-        if not self.strict:
-            return None  # the SDK validates, leniently, and its errors are described below
-        unknown = self._unknown_keys(arguments, self.schema, "")
-        if unknown:
-            return "; ".join(unknown)
-        try:
-            self.arg_model.model_validate_json(json.dumps(arguments), strict=True)
-        except ValidationError as exc:
-            return describe_validation_error(exc)
-        except (TypeError, ValueError):  # not JSON-serialisable: cannot have come from a client
-            return "arguments are not plain JSON values"
-        return None
+    def check(self, arguments: Mapping[str, Any]) -> tuple[str | None, BaseModel | None]:
+        """(a message naming what is wrong, None) or (None, the validated arguments).
 
-    def canonical(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        """The arguments as the tool sees them (defaults filled in): what a fingerprint is taken of."""
+        In lax mode, unless `always`, nothing is checked here (None, None): the SDK
+        validates leniently when it runs the tool.
+        """
+        model = self.metadata.arg_model
         try:
-            model = self.arg_model.model_validate_json(json.dumps(arguments), strict=self.strict)
-        except (ValidationError, TypeError, ValueError):  # lax mode: the SDK may still accept them
-            return dict(arguments)
-        return model.model_dump(mode="json", by_alias=True)
+            if self.strict:
+                unknown = self._unknown_keys(arguments, self.schema, "")
+                if unknown:
+                    return "; ".join(unknown), None
+                return None, model.model_validate_json(json.dumps(arguments), strict=True)
+            if self.always:  # as leniently as the SDK will, so lax mode stays lax
+                return None, model.model_validate(self.metadata.pre_parse_json(dict(arguments)))
+        except ValidationError as exc:
+            return describe_validation_error(exc), None
+        except (TypeError, ValueError):  # not JSON-serialisable: cannot have come from a client
+            return "arguments are not plain JSON values", None
+        return None, None
 
     def _resolve(self, node: Mapping[str, Any]) -> Mapping[str, Any]:
         ref = node.get("$ref")
