@@ -174,3 +174,27 @@ def test_updated_project_passes_its_own_tests(updated: OwnedProject, tmp_path: P
     output = env.run("python", "-m", "pytest", "-v", "-p", "no:cacheprovider")
 
     assert "tests/tools/test_greetings.py::test_greet_names_the_person PASSED" in output
+
+
+def test_owner_edit_to_a_template_owned_file_is_merged_with_the_template_change(
+    own_template_repo: TemplateRepo, tmp_path: Path
+) -> None:
+    project = render(own_template_repo.path, tmp_path / "project", answers(), BASE_TAG)
+    init_and_commit(project, "Project from template 0.1.0")
+    pyproject = project / "pyproject.toml"
+    owner_dependency = '    "httpx>=0.28",  # the owner\'s own dependency\n'
+    pyproject.write_text(
+        pyproject.read_text(encoding="utf-8").replace(
+            "dependencies = [\n", "dependencies = [\n" + owner_dependency
+        ),
+        encoding="utf-8",
+    )
+    init_and_commit(project, "Owner adds a dependency")
+    own_template_repo.append("pyproject.toml.jinja", "# Template 0.2.0 pyproject line.\n")
+
+    update(project, own_template_repo.release(NEW_TAG))
+
+    assert_merged_cleanly(project)
+    merged = pyproject.read_text(encoding="utf-8")
+    assert owner_dependency in merged
+    assert merged.endswith("# Template 0.2.0 pyproject line.\n")
