@@ -22,11 +22,12 @@ NEW_TAG = "0.2.0"
 CORE_CHANGE = "# Template 0.2.0: a line every updated core module must show.\n"
 NOXFILE_CHANGE = "# Template 0.2.0: a line every updated noxfile must show.\n"
 # The template also changes files the owner owns: updates must still leave those alone.
-OWNER_OWNED_CHANGES = {
-    "README.md.jinja": "\nTemplate 0.2.0 README line.\n",
-    "src/{{package_name}}/settings.py.jinja": "# Template 0.2.0 settings line.\n",
-    "src/{{package_name}}/tools/example.py": "# Template 0.2.0 example line.\n",
-}
+# (folder under template/, a fragment of the source file's name, line appended)
+OWNER_OWNED_CHANGES = [
+    ("", "README.md", "\nTemplate 0.2.0 README line.\n"),
+    ("src/{{package_name}}", "settings.py", "# Template 0.2.0 settings line.\n"),
+    ("src/{{package_name}}/tools", "example.py", "# Template 0.2.0 example line.\n"),
+]
 
 OWNER_TOOL = '''"""The owner's own tool, added after `copier copy`."""
 
@@ -87,8 +88,10 @@ def copy_and_make_it_mine(template: TemplateRepo, destination: Path, *, delete_e
 def release_new_version(template: TemplateRepo) -> str:
     template.append("src/{{package_name}}/core/errors.py", CORE_CHANGE)
     template.append("noxfile.py", NOXFILE_CHANGE)
-    for relpath, text in OWNER_OWNED_CHANGES.items():
-        template.append(relpath, text)
+    for folder, name, text in OWNER_OWNED_CHANGES:
+        # Source names may carry Jinja (`{% if ... %}example.py{% endif %}`): find the file.
+        (source,) = [path for path in (template.path / "template" / folder).iterdir() if name in path.name]
+        template.append(f"{folder}/{source.name}".lstrip("/"), text)
     return template.release(NEW_TAG)
 
 
