@@ -50,3 +50,14 @@ def budget(session: nox.Session) -> None:
     """Print the tools/list budget table; fails when over budget or a tool has a problem."""
     session.install("-e", ".")
     session.run(COMMAND, "budget", *session.posargs)
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Run every benchmarks/bench_*.py, or one with its options: `nox -s bench -- overhead --rounds 10`."""
+    session.install("-e", ".[dev]")
+    scripts = sorted(Path("benchmarks").glob("bench_*.py"))
+    if session.posargs:
+        scripts = [Path("benchmarks") / f"bench_{session.posargs[0]}.py"]
+    for script in scripts:
+        session.run("python", str(script), *session.posargs[1:])
