@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,14 +22,28 @@ def uv_executable() -> str:
     return found
 
 
-def run(command: list[str], cwd: Path, *, env: dict[str, str] | None = None, timeout: float = 900) -> str:
-    """Run a command; on failure the assertion shows the end of its output."""
-    result = subprocess.run(
-        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    output = result.stdout + result.stderr
-    if result.returncode != 0:
-        raise AssertionError(f"`{' '.join(command)}` exited {result.returncode} in {cwd}:\n{output[-6000:]}")
+def run(command: list[str], cwd: Path, *, env: dict[str, str] | None = None, timeout: float = 600) -> str:
+    """Run a command; on failure or time-out the assertion shows the end of its output."""
+    shown = " ".join(command)
+    with subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: a time-out also ends its children
+    ) as process:
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+            raise AssertionError(
+                f"`{shown}` still ran after {timeout:.0f} s in {cwd}; killed it. Output:\n{output[-6000:]}"
+            ) from None
+    if process.returncode != 0:
+        raise AssertionError(f"`{shown}` exited {process.returncode} in {cwd}:\n{output[-6000:]}")
     return output
 
 
@@ -79,7 +94,7 @@ class ProjectEnv:
         env["PATH"] = f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         return env
 
-    def run(self, *command: str, timeout: float = 900) -> str:
+    def run(self, *command: str, timeout: float = 600) -> str:
         """Run one of the environment's commands in the project folder."""
         return run(
             [str(self.venv / "bin" / command[0]), *command[1:]],

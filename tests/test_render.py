@@ -156,4 +156,4 @@ def test_mypy_strict_passes(project_env: Callable[[str], ProjectEnv], entry: str
 @pytest.mark.generated
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_project_own_tests_pass(project_env: Callable[[str], ProjectEnv], entry: str) -> None:
-    project_env(entry).run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider")
+    project_env(entry).run("python", "-m", "pytest", "-v", "-p", "no:cacheprovider")
