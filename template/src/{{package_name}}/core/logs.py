@@ -7,6 +7,7 @@ finds a handler on the root logger and leaves it alone.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import sys
@@ -20,10 +21,16 @@ _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://[^:/@\s]+:)[^@\s]+@"
 REDACTED = "[redacted]"
 
 
+@functools.lru_cache(maxsize=1024)
+def _is_secret_key(key: str) -> bool:
+    """Cached: the same few keys come by on every log line."""
+    return _SECRET_KEY.search(key) is not None
+
+
 def redact_secrets(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Blank values whose key names a secret, and passwords inside URLs anywhere."""
     for key, value in event_dict.items():
-        if _SECRET_KEY.search(key):
+        if _is_secret_key(key):
             event_dict[key] = REDACTED
         elif isinstance(value, str) and "://" in value:
             event_dict[key] = _URL_PASSWORD.sub(rf"\g<scheme>{REDACTED}@", value)

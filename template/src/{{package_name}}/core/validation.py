@@ -18,7 +18,7 @@ from typing import Any
 
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic_core import ErrorDetails, to_json
 
 _MAX_INPUT_CHARS = 40
 _MAX_ERRORS = 5
@@ -62,6 +62,10 @@ class ArgumentValidator:
         self.strict = strict
         self.always = always
         self._defs: dict[str, Any] = schema.get("$defs", {})
+        # With no object-valued parameters, the top-level names are all a walk would check.
+        properties = schema.get("properties", {})
+        self._names = frozenset(properties)
+        self._flat = not any(_may_hold_objects(node) for node in properties.values())
 
     def check(self, arguments: Mapping[str, Any]) -> tuple[str | None, BaseModel | None]:
         """(a message naming what is wrong, None) or (None, the validated arguments).
@@ -72,10 +76,11 @@ class ArgumentValidator:
         model = self.metadata.arg_model
         try:
             if self.strict:
-                unknown = self._unknown_keys(arguments, self.schema, "")
+                walk = not (self._flat and self._names.issuperset(arguments))
+                unknown = self._unknown_keys(arguments, self.schema, "") if walk else []
                 if unknown:
                     return "; ".join(unknown), None
-                return None, model.model_validate_json(json.dumps(arguments), strict=True)
+                return None, model.model_validate_json(to_json(arguments), strict=True)
             if self.always:  # as leniently as the SDK will, so lax mode stays lax
                 return None, model.model_validate(self.metadata.pre_parse_json(dict(arguments)))
         except ValidationError as exc:
@@ -118,6 +123,12 @@ class ArgumentValidator:
             else:
                 problems += self._unknown_keys(item, properties[key], where)
         return problems
+
+
+def _may_hold_objects(node: Any) -> bool:
+    """Whether a parameter's schema can hold objects, whose keys need checking too."""
+    text = json.dumps(node)
+    return any(marker in text for marker in ('"$ref"', '"object"', '"properties"', '"additionalProperties"'))
 
 
 def describe_validation_error(exc: ValidationError) -> str:
