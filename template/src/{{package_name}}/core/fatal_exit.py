@@ -59,17 +59,19 @@ class FatalExit:
 
 
 class WatchedWriter(io.TextIOWrapper):
-    """The protocol's text stream; tells FatalExit about every line once it is flushed."""
+    """The protocol's text stream: whole lines, one writer at a time; tells FatalExit what was flushed."""
 
     def __init__(self, buffer: io.BufferedWriter, fatal_exit: FatalExit) -> None:
         super().__init__(buffer, encoding="utf-8", write_through=True)
         self._fatal_exit = fatal_exit
         self._last = ""
+        self._lock = threading.Lock()  # the SDK's writer and AnsweringLines write from worker threads
 
     def write(self, text: str) -> int:
-        if self._fatal_exit.armed:
-            self._last = text
-        return super().write(text)
+        with self._lock:
+            if self._fatal_exit.armed:
+                self._last = text
+            return super().write(text)
 
     def flush(self) -> None:
         super().flush()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import structlog
@@ -31,6 +31,7 @@ from .resilience import Attempts, Failure, classify, run_with_retries
 from .settings import CoreSettings
 from .startup import exit_fatal
 from .stdio_guard import ProtocolPipes
+from .stdio_lines import AnsweringLines
 from .tool import ToolSpec
 from .validation import ArgumentValidator, harden_schema, unknown_tool_message
 
@@ -188,8 +189,8 @@ class ResilientServer(MCPServer[Any]):
         """Serve JSON-RPC on the pipes `claim_stdio` set aside (the SDK's stdio loop, explicit streams)."""
         await self.open_dependencies()
         self.fatal_exit = FatalExit()
-        reader = anyio.wrap_file(pipes.reader())
         writer = anyio.wrap_file(WatchedWriter(pipes.raw_writer(), self.fatal_exit))
+        reader = cast(anyio.AsyncFile[str], AnsweringLines(anyio.wrap_file(pipes.reader()), writer))
         try:
             async with stdio_server(reader, writer) as (read_stream, write_stream):
                 # MCPServer.run_stdio_async does the same, on fds 0/1 it would restore at exit.

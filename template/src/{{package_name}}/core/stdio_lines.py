@@ -1,0 +1,64 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""Every line on stdin gets an answer: the ones the SDK's stdio loop would drop are answered here.
+
+mcp 2.3's stdio transport skips a line that is not a valid JSON-RPC message without a
+word, so a client waiting on that request id hangs until its own timeout. Such a line
+is answered here instead: -32700 when it is not JSON, -32600 when it is JSON but not a
+valid message, with the request's id when one can be read (null otherwise). Valid lines
+pass on to the SDK unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from mcp.types import JSONRPCNotification, jsonrpc_message_adapter
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+
+
+def rejection(line: str) -> str | None:
+    """The JSON-RPC error line answering `line`, or None when the SDK can use it (or it is blank)."""
+    if not line.strip():
+        return None
+    try:
+        message = jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except Exception:  # ValidationError, or a parser's recursion limit on deep nesting
+        message = None
+    else:
+        # The SDK reads a request whose id is neither string nor integer as a notification.
+        if not isinstance(message, JSONRPCNotification) or '"id"' not in line:
+            return None
+    try:
+        parsed: Any = json.loads(line)
+    except (ValueError, RecursionError):
+        return _error(None, PARSE_ERROR, "Parse error: the line is not JSON")
+    request_id = parsed.get("id") if isinstance(parsed, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        request_id = None
+    return _error(request_id, INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message MCP accepts")
+
+
+def _error(request_id: str | int | None, code: int, message: str) -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+
+
+class AnsweringLines:
+    """stdin lines for the SDK's stdio loop; those it cannot use are answered on the wire here."""
+
+    def __init__(self, lines: anyio.AsyncFile[str], wire: anyio.AsyncFile[str]) -> None:
+        self._lines = lines
+        self._wire = wire
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for line in self._lines:
+            answer = rejection(line)
+            if answer is None:
+                yield line
+            else:
+                await self._wire.write(answer + "\n")
+                await self._wire.flush()
