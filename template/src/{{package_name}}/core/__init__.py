@@ -2,10 +2,13 @@
 """The public API for tool authors: `from <package>.core import tool, ToolInputError, ...`."""
 
 from .errors import FatalError, ServerError, TerminalError, ToolInputError, TransientError
+from .outcomes import Part, PartialResult
 from .tool import tool
 
 __all__ = [
     "FatalError",
+    "Part",
+    "PartialResult",
     "ServerError",
     "TerminalError",
     "ToolInputError",
