@@ -19,9 +19,6 @@ TEST_DEPS = nox.project.dependency_groups(PYPROJECT, "test")
 LINT_DEPS = nox.project.dependency_groups(PYPROJECT, "lint")
 OWN_PYTHON = ["tests", "noxfile.py"]  # template/ holds Jinja: it is checked through rendered projects
 
-# Matrix entries whose rendered project also runs its own `nox` (one per idempotency backend).
-OWN_NOX_ENTRIES = ["defaults", "proprietary-postgres"]
-
 
 @nox.session
 def lint(session: nox.Session) -> None:
@@ -41,13 +38,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def generated(session: nox.Session) -> None:
-    """Rendered projects' mypy and tests, then their own `nox`, for the answer matrix."""
-    session.install(*TEST_DEPS, "nox")
+    """The slow tests: rendered projects' mypy --strict, own tests and own `nox` sessions."""
+    session.install(*TEST_DEPS)
     session.run("pytest", "-m", "generated", *session.posargs)
-    for entry in OWN_NOX_ENTRIES:
-        project = render_entry(session, entry, Path(session.create_tmp()) / f"own-nox-{entry}")
-        with session.chdir(project):
-            session.run("nox", "--non-interactive")
 
 
 @nox.session

@@ -18,6 +18,10 @@ from .project_env import ProjectEnv, run
 from .rendering import TEMPLATE_OWNED_HEADER, is_owner_owned, jinja_leftovers, render, tree
 
 ENTRIES = list(MATRIX)
+# Entries whose project also runs its own `nox` (lint, typecheck, tests): one per backend.
+OWN_NOX_ENTRIES = ["defaults", "proprietary-postgres"]
+# A rendered test that hangs gets its stack dumped after this long, so the report shows where.
+HANG_REPORT = ["-o", "faulthandler_timeout=120"]
 RenderedProject = Callable[[str], Path]
 
 LICENSE_FIRST_WORDS = {
@@ -156,4 +160,10 @@ def test_mypy_strict_passes(project_env: Callable[[str], ProjectEnv], entry: str
 @pytest.mark.generated
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_project_own_tests_pass(project_env: Callable[[str], ProjectEnv], entry: str) -> None:
-    project_env(entry).run("python", "-m", "pytest", "-v", "-p", "no:cacheprovider")
+    project_env(entry).run("python", "-m", "pytest", "-v", "-p", "no:cacheprovider", *HANG_REPORT)
+
+
+@pytest.mark.generated
+@pytest.mark.parametrize("entry", OWN_NOX_ENTRIES)
+def test_project_own_nox_sessions_pass(rendered_project: RenderedProject, entry: str) -> None:
+    run([sys.executable, "-m", "nox", "--non-interactive"], rendered_project(entry), timeout=900)

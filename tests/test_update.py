@@ -174,7 +174,9 @@ def test_update_to_the_same_version_changes_nothing(own_template_repo: TemplateR
 def test_updated_project_passes_its_own_tests(updated: OwnedProject, tmp_path: Path) -> None:
     env = ProjectEnv.create(updated.path, tmp_path / "venv", DEFAULT_ANSWERS["python_version"])
 
-    output = env.run("python", "-m", "pytest", "-v", "-p", "no:cacheprovider")
+    output = env.run(
+        "python", "-m", "pytest", "-v", "-p", "no:cacheprovider", "-o", "faulthandler_timeout=120"
+    )
 
     assert "tests/tools/test_greetings.py::test_greet_names_the_person PASSED" in output
 
