@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -51,15 +53,26 @@ def own_template_repo(template_repo: TemplateRepo, tmp_path: Path) -> TemplateRe
 
 
 @pytest.fixture(scope="session")
-def rendered_project(
-    template_repo: TemplateRepo, tmp_path_factory: pytest.TempPathFactory
-) -> Callable[[str], Path]:
+def open_tmp() -> Iterator[Path]:
+    """A temporary folder other users may traverse, for rendered projects and their venvs.
+
+    pytest's own temporary folders are private (0700), but a rendered project's PostgreSQL
+    tests, run as root, start the server binaries inside its venv as an unprivileged user.
+    """
+    root = Path(tempfile.mkdtemp(prefix="mcp-template-tests-"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def rendered_project(template_repo: TemplateRepo, open_tmp: Path) -> Callable[[str], Path]:
     """The project rendered for a MATRIX entry, once per session; tests must not change it."""
     cache: dict[str, Path] = {}
 
     def get(entry: str) -> Path:
         if entry not in cache:
-            destination = tmp_path_factory.mktemp(f"rendered-{entry}") / "project"
+            destination = open_tmp / f"rendered-{entry}"
             cache[entry] = render(template_repo.path, destination, answers(**MATRIX[entry]), BASE_TAG)
         return cache[entry]
 
@@ -67,15 +80,13 @@ def rendered_project(
 
 
 @pytest.fixture(scope="session")
-def project_env(
-    rendered_project: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
-) -> Callable[[str], ProjectEnv]:
+def project_env(rendered_project: Callable[[str], Path], open_tmp: Path) -> Callable[[str], ProjectEnv]:
     """The rendered project of a MATRIX entry installed in its own venv, once per session."""
     cache: dict[str, ProjectEnv] = {}
 
     def get(entry: str) -> ProjectEnv:
         if entry not in cache:
-            venv = tmp_path_factory.mktemp(f"venv-{entry}") / "venv"
+            venv = open_tmp / f"venv-{entry}"
             cache[entry] = ProjectEnv.create(
                 rendered_project(entry), venv, answers(**MATRIX[entry])["python_version"]
             )

@@ -171,8 +171,8 @@ def test_update_to_the_same_version_changes_nothing(own_template_repo: TemplateR
 
 
 @pytest.mark.generated
-def test_updated_project_passes_its_own_tests(updated: OwnedProject, tmp_path: Path) -> None:
-    env = ProjectEnv.create(updated.path, tmp_path / "venv", DEFAULT_ANSWERS["python_version"])
+def test_updated_project_passes_its_own_tests(updated: OwnedProject, open_tmp: Path) -> None:
+    env = ProjectEnv.create(updated.path, open_tmp / "venv-updated", DEFAULT_ANSWERS["python_version"])
 
     output = env.run(
         "python", "-m", "pytest", "-v", "-p", "no:cacheprovider", "-o", "faulthandler_timeout=120"
