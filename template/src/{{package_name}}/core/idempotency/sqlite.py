@@ -378,9 +378,26 @@ class SQLiteStore(IdempotencyStore):
 def _connect(path: Path) -> sqlite3.Connection:
     # isolation_level=None: transactions are the explicit BEGIN IMMEDIATE ... COMMIT below.
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode = WAL")
+    _switch_to_wal(conn)
     conn.execute("PRAGMA synchronous = NORMAL")
     return conn
+
+
+def _switch_to_wal(conn: sqlite3.Connection) -> None:
+    """Turn on WAL, waiting out other processes doing the same on a new file.
+
+    Changing the journal mode does not wait on the busy timeout: servers starting
+    together on a fresh file would otherwise see "database is locked" at once.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 @contextmanager
