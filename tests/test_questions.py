@@ -93,6 +93,15 @@ def test_bad_answer_is_rejected_with_a_message_naming_it(
     assert not destination.exists(), "a rejected answer must not leave a half-made project behind"
 
 
+def test_multi_line_description_is_rejected(template_repo: TemplateRepo, tmp_path: Path) -> None:
+    destination = tmp_path / "new-server"
+
+    with pytest.raises(ValueError, match="description must be one line"):
+        render(template_repo.path, destination, answers(description="Two\nlines"), BASE_TAG)
+
+    assert not destination.exists()
+
+
 def test_blank_project_name_is_rejected(template_repo: TemplateRepo, tmp_path: Path) -> None:
     destination = tmp_path / "new-server"
 
