@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import anyio
@@ -13,7 +14,10 @@ from mcp import Client, StdioServerParameters
 
 
 async def show(command: str, args: list[str]) -> int:
-    async with Client(StdioServerParameters(command=command, args=args)) as client:
+    # The whole environment, as an MCP client config's "env" would give it (the SDK passes
+    # only a safe few variables by default): the demo's data directory setting included.
+    params = StdioServerParameters(command=command, args=args, env=dict(os.environ))
+    async with Client(params) as client:
         listed = await client.list_tools()
         print(f"tools/list: {len(listed.tools)} tools")
         for declared in listed.tools:
