@@ -33,11 +33,11 @@ IdempotencyKey = Annotated[
 def entrypoint(spec: ToolSpec) -> Callable[..., Any]:
     """The async callable to register for this spec, with the signature the schema comes from."""
     fn = spec.fn
-    signature = inspect.signature(fn, eval_str=True)
-    takes_key = KEY_ARGUMENT in signature.parameters
     is_async = inspect.iscoroutinefunction(fn)
     if is_async and not spec.side_effect:
         return fn
+    signature = inspect.signature(fn, eval_str=True)
+    takes_key = KEY_ARGUMENT in signature.parameters
 
     async def call(*args: Any, **kwargs: Any) -> Any:
         if spec.side_effect and not takes_key:

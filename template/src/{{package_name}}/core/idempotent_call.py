@@ -17,6 +17,7 @@ from mcp.types import CallToolResult
 
 from .idempotency import IdempotencyStore, StoreUnavailableError
 from .logs import get_logger
+from .outcomes import Category
 from .project import SLUG
 from .resilience import Attempts, Failure, classify
 
@@ -99,8 +100,11 @@ def _marked(result: CallToolResult, key: str, *, replayed: bool) -> CallToolResu
     return result.model_copy(update={"meta": meta})
 
 
-def _refused(category: Any, message: str, **details: Any) -> Attempts:
-    return Attempts(failure=Failure.refusal(category, message, **details))
+def _refused(
+    category: Category, message: str, *, retryable: bool | None = None, retry_after_s: float | None = None
+) -> Attempts:
+    failure = Failure.refusal(category, message, retryable=retryable, retry_after_s=retry_after_s)
+    return Attempts(failure=failure)
 
 
 class StoreHandle:
