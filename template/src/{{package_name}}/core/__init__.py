@@ -3,15 +3,18 @@
 
 from .errors import FatalError, ServerError, TerminalError, ToolInputError, TransientError
 from .outcomes import Part, PartialResult
-from .tool import tool
+from .running import cancelled
+from .tool import Reconciled, tool
 
 __all__ = [
     "FatalError",
     "Part",
     "PartialResult",
+    "Reconciled",
     "ServerError",
     "TerminalError",
     "ToolInputError",
     "TransientError",
+    "cancelled",
     "tool",
 ]

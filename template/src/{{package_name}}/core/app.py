@@ -11,11 +11,14 @@ from .errors import FatalError
 from .health import CallStats, CheckResult, make_health_tool
 from .idempotency import create_store
 from .idempotent_call import StoreHandle
-from .logs import configure_logging
-from .project import DISPLAY_NAME, SLUG, STRICT_ARGUMENTS
+from .logs import configure_logging, get_logger
+from .project import DISPLAY_NAME, ENV_PREFIX, SLUG, STRICT_ARGUMENTS
+from .running import MAX_ABANDONED_THREADS, abandoned_threads
 from .server import ResilientServer
 from .settings import CoreSettings
 from .startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
+
+log = get_logger(__name__)
 
 
 def package_version() -> str:
@@ -44,11 +47,22 @@ def create_server(
     store = StoreHandle(create_store(settings))
 
     async def data_dir_check() -> CheckResult:
+        # Clients see this: the path stays in the server's own log and `check` output.
         try:
             check_data_dir(settings.data_dir)
         except FatalError as exc:
-            return CheckResult(status="failing", detail=exc.problem)
-        return CheckResult(status="ok", detail=str(settings.data_dir))
+            log.warning("data_dir_failing", problem=exc.problem)
+            return CheckResult(status="failing", detail=f"not writable; see {ENV_PREFIX}DATA_DIR")
+        return CheckResult(status="ok", detail="writable")
+
+    async def threads_check() -> CheckResult:
+        stuck = abandoned_threads()
+        if not stuck:
+            return CheckResult(status="ok", detail="no call runs past its time limit")
+        detail = f"{stuck} sync calls still run past their time limit"
+        return CheckResult(
+            status="degraded", detail=f"{detail} (new ones refused at {MAX_ABANDONED_THREADS})"
+        )
 
     async def store_check() -> CheckResult:
         status, detail = await (await store.get()).check()
@@ -58,7 +72,10 @@ def create_server(
         return await (await store.get()).in_doubt_count()
 
     health = make_health_tool(
-        stats, version, {"data_dir": data_dir_check, "idempotency_store": store_check}, keys_in_doubt
+        stats,
+        version,
+        {"data_dir": data_dir_check, "idempotency_store": store_check, "worker_threads": threads_check},
+        keys_in_doubt,
     )
     specs = discover_tools(tools_package)
     if any(spec.name == health.name for spec in specs):

@@ -1,10 +1,14 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
-"""What the SDK registers for a `@tool` function: the function, adapted in two ways.
+"""What the SDK registers for a `@tool` function: the function, adapted where it must be.
 
 - A sync function runs in a worker thread that a time limit can abandon; the SDK's
-  own thread cannot be cancelled, so a hung sync tool would ignore its time limit.
+  own thread cannot be cancelled, so a hung sync tool would ignore its time limit. An
+  abandoned thread sees `cancelled()` turn true, and is counted and bounded.
 - A `side_effect=True` tool gains a required `idempotency_key` argument; the function
-  receives it only if it declares an `idempotency_key` parameter itself.
+  receives it only if it declares an `idempotency_key` parameter itself. Its start is
+  recorded right before the body runs, so a call that never got there can run again.
+- `SystemExit` and `KeyboardInterrupt` from a tool become a FatalError: answered, then
+  the process exits, instead of unwinding the event loop with the client left waiting.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from typing import Annotated, Any
 import anyio
 from pydantic import Field
 
+from .errors import FatalError, TransientError
 from .idempotency import KEY_ARGUMENT
+from .running import MAX_ABANDONED_THREADS, Body, abandoned_threads, current_body, reset_body, set_body
 from .tool import ToolSpec
 
 KEY_DESCRIPTION = (
@@ -33,23 +39,78 @@ IdempotencyKey = Annotated[
 def entrypoint(spec: ToolSpec) -> Callable[..., Any]:
     """The async callable to register for this spec, with the signature the schema comes from."""
     fn = spec.fn
+    if inspect.iscoroutinefunction(fn) and not spec.side_effect:
+        return functools.update_wrapper(_plain_async(fn), fn)
     is_async = inspect.iscoroutinefunction(fn)
-    if is_async and not spec.side_effect:
-        return fn
     signature = inspect.signature(fn, eval_str=True)
     takes_key = KEY_ARGUMENT in signature.parameters
 
     async def call(*args: Any, **kwargs: Any) -> Any:
         if spec.side_effect and not takes_key:
             kwargs.pop(KEY_ARGUMENT, None)
+        body = current_body() or Body()
+        if not is_async:
+            _refuse_past_the_thread_bound()
+        await body.begin()
         if is_async:
-            return await fn(*args, **kwargs)
-        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), abandon_on_cancel=True)
+            try:
+                return await fn(*args, **kwargs)
+            except (SystemExit, KeyboardInterrupt) as exc:
+                raise _stopping(exc) from exc
+        return await _in_thread(body, functools.partial(fn, *args, **kwargs))
 
     functools.update_wrapper(call, fn)
     if spec.side_effect:
         _require_key(call, signature)
     return call
+
+
+def _plain_async(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """An async tool without side effects: only SystemExit and KeyboardInterrupt are caught."""
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            raise _stopping(exc) from exc
+
+    return call
+
+
+async def _in_thread(body: Body, work: Callable[[], Any]) -> Any:
+    """Run a sync body in a worker thread that the call may abandon (time limit, cancellation)."""
+
+    def run() -> Any:
+        body.enter_thread()
+        try:
+            return work()
+        except (SystemExit, KeyboardInterrupt) as exc:
+            raise _stopping(exc) from exc
+        finally:
+            body.leave_thread()
+
+    token = set_body(body)  # the thread runs in a copy of this context: cancelled() finds its body
+    try:
+        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        body.abandon()
+        raise
+    finally:
+        reset_body(token)
+
+
+def _refuse_past_the_thread_bound() -> None:
+    stuck = abandoned_threads()
+    if stuck >= MAX_ABANDONED_THREADS:
+        raise TransientError(
+            f"{stuck} earlier calls are still running past their time limit, the most this server "
+            "lets pile up; nothing was run. Retry in a minute; if it persists, restart the server",
+            retry_after=30.0,
+        )
+
+
+def _stopping(exc: BaseException) -> FatalError:
+    return FatalError(f"the tool raised {type(exc).__name__}", "the server stops after answering")
 
 
 def _require_key(wrapper: Callable[..., Any], signature: inspect.Signature) -> None:

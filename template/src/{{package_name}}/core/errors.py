@@ -13,9 +13,16 @@ class ToolInputError(ServerError):
 
 
 class TransientError(ServerError):
-    """A dependency failed in a way that may pass; safe tools are retried automatically.
+    """A dependency failed in a way that may pass; the call is worth repeating.
 
-    `retry_after` (seconds) is a hint from the dependency, e.g. a 429's Retry-After.
+    Tools that are safe to repeat (`read_only`, `idempotent`) are retried automatically.
+    For a `side_effect=True` tool, raising it is a promise: nothing was applied. Its
+    idempotency key is released and the call may be retried, in-process and by the
+    client. Raise it only before the effect (or when the outside system said no); on
+    any other exception after the claim the key is left in doubt and never re-run.
+
+    `retry_after` (seconds) is a hint from the dependency, e.g. a 429's Retry-After;
+    no automatic retry comes sooner.
     """
 
     def __init__(self, message: str, retry_after: float | None = None) -> None:

@@ -2,29 +2,36 @@
 """A side-effecting call behind the idempotency table: claimed before it runs, answered once.
 
 How the call ended decides what the table keeps: a success or a business refusal is
-stored and replayed to every retry; a failure that happened before any effect (bad
-input, a transient error the tool reported) frees the key; anything that may have
-stopped half-way (a time limit, a crash) leaves the key in doubt, never re-run on its own.
+stored and replayed to every retry; a failure that promises nothing was applied (bad
+input, the tool's own TransientError), or a call that never reached the tool body,
+frees the key; anything else after the body started (a crash, a time limit, a
+cancellation) leaves the key in doubt, never re-run on its own. A tool's `reconcile`
+function, when it has one, settles a key in doubt on the next retry.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 from mcp.types import CallToolResult
 
-from .idempotency import IdempotencyStore, StoreUnavailableError
+from .idempotency import Claim, IdempotencyStore, StoreUnavailableError
 from .logs import get_logger
 from .outcomes import Category
 from .project import SLUG
 from .resilience import Attempts, Failure, classify
+from .running import Body, reset_body, set_body
+from .tool import Reconcile, Reconciled
 
 log = get_logger(__name__)
 
 STORED = {"terminal", "partial"}  # the tool said how it ended: replay that
 FREED = {"invalid_input", "transient"}  # nothing happened: the key is new again
+RECONCILE_TIMEOUT_S = 10.0
+RECONCILED_NOTE = "settled by the tool's reconcile function"
 
 
 async def run_once(
@@ -36,15 +43,42 @@ async def run_once(
     lease_s: float,
     correlation_id: str,
     run: Callable[[Attempts], Awaitable[Attempts]],
+    reconcile: Reconcile | None = None,
 ) -> Attempts:
     """Claim (tool, key), run at most once, and record the outcome for every retry."""
     try:
         claim = await store.claim(tool, key, fingerprint, lease_s)
+        if claim.kind == "in_doubt" and reconcile is not None and claim.reconcilable:
+            claim = await _reconciled(store, tool, key, fingerprint, lease_s, reconcile)
     except StoreUnavailableError as exc:
         return Attempts(failure=classify(exc, tool, correlation_id))
+    if claim.kind != "new":
+        return _answer_without_running(claim, tool, key)
+
+    async def started() -> None:
+        await store.mark_started(tool, key)
+
+    body = Body(on_start=started)
+    token = set_body(body)
+    try:
+        outcome = await run(Attempts())
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True):
+            await _unfinished(store, tool, key, body, "the call was cancelled")
+        raise
+    finally:
+        reset_body(token)
+    await _record(store, tool, key, outcome, body, correlation_id)
+    if outcome.result is not None:
+        outcome.result = _marked(outcome.result, key, replayed=False)
+    return outcome
+
+
+def _answer_without_running(claim: Claim, tool: str, key: str) -> Attempts:
     if claim.kind == "replay":
         assert claim.result is not None
-        return Attempts(result=_marked(CallToolResult.model_validate(claim.result), key, replayed=True))
+        result = _marked(CallToolResult.model_validate(claim.result), key, replayed=True)
+        return Attempts(result=result, replayed=True)
     if claim.kind == "conflict_arguments":
         return _refused(
             "conflict",
@@ -60,38 +94,73 @@ async def run_once(
             retryable=True,
             retry_after_s=wait,
         )
-    if claim.kind == "in_doubt":
-        return _refused(
-            "in_doubt",
-            f"an earlier call to {tool} with idempotency key {key!r} was interrupted and may or may not "
-            "have taken effect; it will not be run again automatically. Check the outside system "
-            f"before anything else; an operator can settle the key with `{SLUG} keys settle`",
-        )
+    return _refused(
+        "in_doubt",
+        f"an earlier call to {tool} with idempotency key {key!r} was interrupted and may or may not "
+        "have taken effect; it will not be run again automatically. Check the outside system "
+        f"before anything else; an operator can settle the key with `{SLUG} keys settle`",
+    )
 
-    outcome = await run(Attempts())
-    await _record(store, tool, key, outcome, correlation_id)
-    if outcome.result is not None:
-        outcome.result = _marked(outcome.result, key, replayed=False)
-    return outcome
+
+async def _reconciled(
+    store: IdempotencyStore, tool: str, key: str, fingerprint: str, lease_s: float, reconcile: Reconcile
+) -> Claim:
+    """Ask the tool's reconcile function about a key in doubt; settle it and claim again if it knows."""
+    verdict = await _ask(reconcile, tool, key)
+    log.info("idempotency_reconciled", tool=tool, verdict=verdict)
+    if verdict == "unknown":
+        return Claim("in_doubt")
+    await store.settle(tool, key, "done" if verdict == "done" else "failed", RECONCILED_NOTE)
+    return await store.claim(tool, key, fingerprint, lease_s)  # done: a replay; not_done: new
+
+
+async def _ask(reconcile: Reconcile, tool: str, key: str) -> Reconciled:
+    try:
+        with anyio.fail_after(RECONCILE_TIMEOUT_S):
+            if inspect.iscoroutinefunction(reconcile):
+                answer: object = await reconcile(key)
+            else:
+                answer = await anyio.to_thread.run_sync(reconcile, key, abandon_on_cancel=True)
+    except Exception:
+        log.error("idempotency_reconcile_failed", tool=tool, exc_info=True)
+        return "unknown"
+    if answer not in ("done", "not_done", "unknown"):
+        log.error("idempotency_reconcile_failed", tool=tool, answer=repr(answer)[:100])
+        return "unknown"
+    return answer
 
 
 async def _record(
-    store: IdempotencyStore, tool: str, key: str, outcome: Attempts, correlation_id: str
+    store: IdempotencyStore, tool: str, key: str, outcome: Attempts, body: Body, correlation_id: str
 ) -> None:
     category = outcome.failure.category if outcome.failure else None
     final = outcome.result
     if outcome.failure is not None and category in STORED:
         final = outcome.failure.result(correlation_id)
+    if final is not None:
+        await _write(
+            store.complete(tool, key, final.model_dump(mode="json", by_alias=True, exclude_none=True))
+        )
+    elif category in FREED:
+        await _write(store.release(tool, key))
+    else:
+        await _unfinished(store, tool, key, body, f"{category} during the call")
+
+
+async def _unfinished(store: IdempotencyStore, tool: str, key: str, body: Body, why: str) -> None:
+    """A call that ended without an outcome: free if its body never started, else in doubt."""
+    if not body.started:
+        await _write(store.release(tool, key))
+    else:
+        await _write(store.mark_in_doubt(tool, key, note=why, still_running=body.still_running))
+
+
+async def _write(operation: Awaitable[None]) -> None:
     try:
-        if final is not None:
-            await store.complete(tool, key, final.model_dump(mode="json", by_alias=True, exclude_none=True))
-        elif category in FREED:
-            await store.release(tool, key)
-        else:
-            await store.mark_in_doubt(tool, key, note=f"{category} during the call")
+        await operation
     except StoreUnavailableError:
-        # The effect happened but is not recorded: the claim stays pending, then in doubt.
-        log.error("idempotency_record_failed", tool=tool, key=key, category=category)
+        # Not recorded: the claim stays pending, then becomes in doubt (never re-run by itself).
+        log.error("idempotency_record_failed")
 
 
 def _marked(result: CallToolResult, key: str, *, replayed: bool) -> CallToolResult:

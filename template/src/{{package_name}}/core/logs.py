@@ -7,33 +7,33 @@ finds a handler on the root logger and leaves it alone.
 
 from __future__ import annotations
 
-import functools
 import logging
-import re
 import sys
 from collections.abc import MutableMapping
 from typing import Any, TextIO, cast
 
 import structlog
 
-_SECRET_KEY = re.compile(r"pass(word)?|secret|token|api_?key|authorization|cookie|dsn|database_url", re.I)
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://[^:/@\s]+:)[^@\s]+@", re.I)
-REDACTED = "[redacted]"
+from .redaction import REDACTED, is_secret_name, redact_text
 
+__all__ = ["REDACTED", "configure_logging", "get_logger", "redact_secrets"]
 
-@functools.lru_cache(maxsize=1024)
-def _is_secret_key(key: str) -> bool:
-    """Cached: the same few keys come by on every log line."""
-    return _SECRET_KEY.search(key) is not None
+# Fields the core fills with values it made itself (never a secret): skipped on the hot path.
+_OWN_FIELDS = frozenset({"timestamp", "level", "correlation_id", "outcome", "category", "logger"})
 
 
 def redact_secrets(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """Blank values whose key names a secret, and passwords inside URLs anywhere."""
+    """Blank values whose key names a secret, and secret-shaped values inside any text.
+
+    Runs after exceptions are formatted, so a secret in an exception's message is caught too.
+    """
     for key, value in event_dict.items():
-        if _is_secret_key(key):
+        if key in _OWN_FIELDS:
+            continue
+        if is_secret_name(key):
             event_dict[key] = REDACTED
-        elif isinstance(value, str) and "://" in value:
-            event_dict[key] = _URL_PASSWORD.sub(rf"\g<scheme>{REDACTED}@", value)
+        elif isinstance(value, str):
+            event_dict[key] = redact_text(value)
     return event_dict
 
 
@@ -54,12 +54,12 @@ def configure_logging(level: str = "info") -> None:
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        redact_secrets,
     ]
     structlog.configure(
         processors=[
             *shared,
             structlog.processors.format_exc_info,
+            redact_secrets,
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
@@ -73,6 +73,7 @@ def configure_logging(level: str = "info") -> None:
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 structlog.processors.format_exc_info,
+                redact_secrets,
                 structlog.processors.JSONRenderer(),
             ],
         )

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from mcp.types import CallToolResult, TextContent
 
+from .redaction import redact_text
+
 Category = Literal[
     "unknown_tool",
     "invalid_input",
@@ -61,7 +63,8 @@ def failure(
     if retry_after_s is not None:
         error["retry_after_s"] = round(retry_after_s, 3)
     return CallToolResult(
-        content=[TextContent(type="text", text=f"{category}: {message}"), *content],
+        # Every message shown to the model, the owner's own included, loses secret-shaped values.
+        content=[TextContent(type="text", text=f"{category}: {redact_text(message)}"), *content],
         structured_content=structured,
         is_error=True,
         _meta={"error": error},
@@ -99,7 +102,9 @@ def partial_failure(parts: Sequence[Part], correlation_id: str) -> CallToolResul
     message += "the other parts succeeded: do not redo them, retry only the failed ones"
     succeeded = [TextContent(type="text", text=f"{p.name}: {p.result}") for p in parts if p.ok]
     status = {
-        p.name: {"status": "ok", "result": p.result} if p.ok else {"status": "error", "error": p.error}
+        p.name: {"status": "ok", "result": p.result}
+        if p.ok
+        else {"status": "error", "error": redact_text(p.error)}
         for p in parts
     }
     return failure(

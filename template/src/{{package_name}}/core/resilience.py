@@ -16,6 +16,8 @@ from pydantic import ValidationError
 
 from .errors import FatalError, TerminalError, ToolInputError, TransientError
 from .outcomes import Category, PartialResult, failure, partial_failure
+from .project import SLUG
+from .redaction import strip_paths
 from .validation import describe_validation_error
 
 _BACKOFF_BASE_S = 0.1
@@ -57,8 +59,15 @@ class Failure:
         )
 
 
-def classify(exc: Exception, tool_name: str, correlation_id: str) -> Failure:
-    """Map what the SDK raised (the tool's exception is its __cause__) to a category."""
+def classify(
+    exc: BaseException, tool_name: str, correlation_id: str, *, side_effect: bool = False
+) -> Failure:
+    """Map what the SDK raised (the tool's exception is its __cause__) to a category.
+
+    For a side-effecting tool, only the errors that say how it ended (TerminalError,
+    PartialResult) or that promise nothing was applied (ToolInputError, TransientError)
+    keep their category; anything else came from a body that may have had its effect.
+    """
     cause = exc.__cause__ if isinstance(exc, ToolError) and exc.__cause__ is not None else exc
     if isinstance(exc, ToolError) and not isinstance(exc, UnexpectedToolError):
         if isinstance(cause, ValidationError):  # the SDK's own (lenient) argument validation
@@ -77,20 +86,34 @@ def classify(exc: Exception, tool_name: str, correlation_id: str) -> Failure:
         )
     if isinstance(cause, TransientError):
         return Failure("transient", _clip(f"{cause} (temporary: retry later)"), cause, cause.retry_after)
+    if isinstance(cause, TerminalError):
+        return Failure("terminal", _clip(str(cause)), cause)
+    if isinstance(cause, ToolInputError):
+        return Failure("invalid_input", _clip(str(cause)) or "the arguments were rejected", cause)
+    if side_effect:
+        return Failure("in_doubt", in_doubt_message(tool_name, "it failed part-way"), cause)
     if isinstance(cause, ConnectionError | TimeoutError):
         # The exception text may name hosts or paths: the model gets the kind only.
         return Failure("transient", "a dependency did not answer; this is temporary: retry later", cause)
-    if isinstance(cause, TerminalError):
-        return Failure("terminal", _clip(str(cause)), cause)
-    if isinstance(cause, ToolInputError) or (
-        isinstance(cause, ValueError) and not isinstance(cause, ValidationError | UnicodeError)
-    ):
-        return Failure("invalid_input", _clip(str(cause)) or "the arguments were rejected", cause)
+    if isinstance(cause, ValueError) and not isinstance(cause, ValidationError | UnicodeError):
+        # Often a library's text: paths in it describe the server's machine, not the arguments.
+        message = _clip(strip_paths(str(cause)))
+        return Failure("invalid_input", message or "the arguments were rejected", cause)
     return Failure(
         "internal",
         f"the tool failed unexpectedly; the details are in the server log under correlation id "
         f"{correlation_id}: report it rather than retrying",
         cause,
+    )
+
+
+def in_doubt_message(tool_name: str, what_happened: str) -> str:
+    """What the model is told when a side effect may or may not have happened."""
+    return (
+        f"{tool_name} may or may not have taken effect ({what_happened}); it will not be run again "
+        "on its own. Check the outside system before doing anything else, and do not "
+        f"repeat the operation with a new key until you know; an operator can settle the key with "
+        f"`{SLUG} keys settle`"
     )
 
 
@@ -112,6 +135,7 @@ class Attempts:
     result: CallToolResult | None = None
     failure: Failure | None = None
     count: int = 0
+    replayed: bool = False  # the result is a stored one: the tool did not run
 
 
 async def run_with_retries(
@@ -120,14 +144,15 @@ async def run_with_retries(
     *,
     tool_name: str,
     correlation_id: str,
-    may_retry: bool,
+    side_effect: bool,
+    may_retry: Callable[[Failure], bool],
     max_attempts: int,
     max_total_s: float,
 ) -> None:
     """Run `attempt` until it succeeds, fails for good, or the retry bounds are spent.
 
-    Only transient failures are retried, and only when `may_retry` (the tool is safe to
-    repeat); attempts and the total time (including the waits) are both bounded.
+    Only failures that `may_retry` accepts are retried; attempts and the total time
+    (including the waits, never shorter than a `retry_after` hint) are both bounded.
     `outcome` is filled in place, so a caller whose time limit cancels this still
     knows how many attempts ran.
     """
@@ -141,8 +166,8 @@ async def run_with_retries(
         except (anyio.get_cancelled_exc_class(), MCPError):
             raise  # cancellation, and a protocol error the tool raised on purpose
         except Exception as exc:
-            outcome.failure = classify(exc, tool_name, correlation_id)
-        if outcome.failure.category != "transient" or not may_retry or outcome.count >= max_attempts:
+            outcome.failure = classify(exc, tool_name, correlation_id, side_effect=side_effect)
+        if not may_retry(outcome.failure) or outcome.count >= max_attempts:
             return
         delay = backoff_s(outcome.count, outcome.failure.retry_after_s)
         if time.monotonic() - started + delay > max_total_s:

@@ -21,13 +21,14 @@ from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, InputRequiredResult
 
 from .entrypoints import entrypoint
-from .errors import FatalError
+from .errors import FatalError, TransientError
 from .fatal_exit import FatalExit, WatchedWriter
 from .health import CallStats
 from .idempotency import KEY_ARGUMENT, fingerprint
 from .idempotent_call import StoreHandle, run_once
 from .logs import get_logger
-from .resilience import Attempts, Failure, classify, run_with_retries
+from .resilience import Attempts, Failure, classify, in_doubt_message, run_with_retries
+from .running import current_body
 from .settings import CoreSettings
 from .startup import exit_fatal
 from .stdio_guard import ProtocolPipes
@@ -59,6 +60,20 @@ def build_tool(spec: ToolSpec, *, strict: bool) -> tuple[Tool, ServedTool]:
         tool.parameters = harden_schema(tool.parameters)
     validator = ArgumentValidator(tool.parameters, tool.fn_metadata, strict=strict, always=spec.side_effect)
     return tool, ServedTool(spec, validator)
+
+
+def _past_time_limit(spec: ToolSpec, timeout_s: float) -> Failure:
+    """A call stopped at its time limit: worth retrying, unless its side effect may have begun."""
+    body = current_body()
+    if spec.side_effect and body is not None and body.started:
+        still = ", and may still be running" if body.still_running else ""
+        what = f"it ran past its time limit of {timeout_s:g} s{still}"
+        return Failure.refusal("in_doubt", in_doubt_message(spec.name, what))
+    return Failure.refusal(
+        "timeout",
+        f"{spec.name} did not finish within {timeout_s:g} s and was stopped; retry later, "
+        "or with less work if the tool allows it",
+    )
 
 
 class ResilientServer(MCPServer[Any]):
@@ -105,7 +120,7 @@ class ResilientServer(MCPServer[Any]):
             "tool_call",
             tool=tool,
             correlation_id=correlation_id,
-            outcome="error" if failure else "ok",
+            outcome="error" if failure else "replayed" if outcome.replayed else "ok",
             category=failure.category if failure else None,
             duration_ms=round((time.perf_counter() - started) * 1000, 2),
             attempts=outcome.count,
@@ -132,6 +147,12 @@ class ResilientServer(MCPServer[Any]):
         spec, settings = served.spec, self.app_settings
         timeout_s = spec.timeout_s or settings.tool_timeout_s
 
+        def may_retry(failure: Failure) -> bool:
+            if failure.category != "transient":
+                return False
+            # A side-effecting tool's own TransientError promises nothing was applied.
+            return spec.safe_to_repeat or (spec.side_effect and isinstance(failure.error, TransientError))
+
         async def run(outcome: Attempts) -> Attempts:
             with anyio.move_on_after(timeout_s):
                 await run_with_retries(
@@ -139,16 +160,13 @@ class ResilientServer(MCPServer[Any]):
                     outcome,
                     tool_name=name,
                     correlation_id=correlation_id,
-                    may_retry=spec.safe_to_repeat,
+                    side_effect=spec.side_effect,
+                    may_retry=may_retry,
                     max_attempts=settings.retry_max_attempts,
                     max_total_s=settings.retry_max_s,
                 )
                 return outcome
-            outcome.failure = Failure.refusal(
-                "timeout",
-                f"{name} did not finish within {timeout_s:g} s and was stopped; retry later, "
-                "or with less work if the tool allows it",
-            )
+            outcome.failure = _past_time_limit(spec, timeout_s)
             return outcome
 
         if not spec.side_effect:
@@ -163,6 +181,7 @@ class ResilientServer(MCPServer[Any]):
             lease_s=timeout_s + LEASE_MARGIN_S,
             correlation_id=correlation_id,
             run=run,
+            reconcile=spec.reconcile,
         )
 
     async def _run_tool(

@@ -9,14 +9,18 @@ servers in one process never registers a tool twice.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from mcp.types import ToolAnnotations
 
 F = TypeVar("F", bound=Callable[..., Any])
 SPEC_ATTRIBUTE = "__mcp_tool_spec__"
+
+Reconciled = Literal["done", "not_done", "unknown"]
+# Asked with the idempotency key of a call whose outcome is unknown; looks at the outside system.
+Reconcile = Callable[[str], Reconciled] | Callable[[str], Awaitable[Reconciled]]
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,7 @@ class ToolSpec:
     destructive: bool | None = None
     open_world: bool | None = None
     timeout_s: float | None = None
+    reconcile: Reconcile | None = None
 
     @property
     def description(self) -> str:
@@ -40,15 +45,18 @@ class ToolSpec:
 
     @property
     def safe_to_repeat(self) -> bool:
-        """Whether a transient failure may be retried without doing anything twice."""
-        return self.read_only or self.idempotent or self.side_effect
+        """Whether any transient failure may be retried without doing anything twice.
+
+        Not a side-effecting tool: it is retried only after raising TransientError itself.
+        """
+        return self.read_only or self.idempotent
 
     def annotations(self) -> ToolAnnotations:
         return ToolAnnotations(
             title=self.title,
             read_only_hint=self.read_only,
             # A side-effecting tool runs behind the idempotency table: repeats are harmless.
-            idempotent_hint=self.safe_to_repeat,
+            idempotent_hint=self.safe_to_repeat or self.side_effect,
             destructive_hint=False if self.read_only else self.destructive,
             open_world_hint=self.open_world,
         )
@@ -69,6 +77,7 @@ def tool(
     destructive: bool | None = None,
     open_world: bool | None = None,
     timeout_s: float | None = None,
+    reconcile: Reconcile | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -82,6 +91,7 @@ def tool(
     destructive: bool | None = None,
     open_world: bool | None = None,
     timeout_s: float | None = None,
+    reconcile: Reconcile | None = None,
 ) -> Any:
     """Mark a function as an MCP tool; `@tool` and `@tool(...)` both work.
 
@@ -97,11 +107,16 @@ def tool(
         destructive: it may destroy data (`destructiveHint`).
         open_world: it talks to an open world, e.g. the web (`openWorldHint`).
         timeout_s: its time limit per call (default: the TOOL_TIMEOUT_S setting).
+        reconcile: for a side-effecting tool, `fn(idempotency_key)` (sync or async) that
+            looks at the outside system and answers "done", "not_done" or "unknown" for a
+            call whose outcome is in doubt; a retry of that key then settles itself.
     """
     if read_only and side_effect:
         raise TypeError("a tool cannot be both read_only and side_effect: choose one")
     if timeout_s is not None and timeout_s <= 0:
         raise TypeError(f"timeout_s must be positive, got {timeout_s!r}")
+    if reconcile is not None and not side_effect:
+        raise TypeError("reconcile is for side_effect=True tools: only they have keys in doubt")
 
     def mark(fn: F, tool_name: str | None = None) -> F:
         spec = ToolSpec(
@@ -114,6 +129,7 @@ def tool(
             destructive=destructive,
             open_world=open_world,
             timeout_s=timeout_s,
+            reconcile=reconcile,
         )
         setattr(fn, SPEC_ATTRIBUTE, spec)
         return fn

@@ -73,6 +73,15 @@ def host_id() -> str:
     return ":".join(parts)
 
 
+def same_boot(owner: OwnerRow, me: Instance) -> bool:
+    """Whether the owner ran on this machine since its last boot (host ids: hostname:boot id:pid ns).
+
+    Then its writes that were not yet flushed to disk are still in the page cache, visible here.
+    """
+    owner_boot, my_boot = owner.host_id.split(":")[1:2], me.host_id.split(":")[1:2]
+    return bool(my_boot) and owner_boot == my_boot
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process with this pid runs on this machine (a zombie does not)."""
     if sys.platform == "win32":

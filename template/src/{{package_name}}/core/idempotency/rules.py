@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 
 from ..project import SLUG
-from . import MAX_RETRY_AFTER_S, Claim, HealthStatus, KeyState
+from . import BODY_NOT_STARTED, BODY_RUNNING, MAX_RETRY_AFTER_S, Claim, HealthStatus, KeyState
 from .instances import HeartbeatThread, Instance, OwnerRow, owner_gone_reason
 
 LEASE_EXPIRED = "the call ran past its lease without finishing"
@@ -24,12 +24,17 @@ class ExistingKey:
     result_json: str | None
     lease_until: float
     owner: OwnerRow | None
+    body: int  # BODY_NOT_STARTED, BODY_RUNNING or BODY_ENDED
+    # The store vouches that a recorded body start would be visible now (the storage has not
+    # lost unflushed writes since the claim): only then does "not started" prove anything.
+    start_record_intact: bool
 
 
 @dataclass(frozen=True)
 class Verdict:
     claim: Claim
     now_in_doubt: str | None = None  # set: the pending row must become in doubt, with this note
+    take_over: bool = False  # set: the row is ours now, as a new claim (its owner died before the body)
 
 
 def judge(existing: ExistingKey, fingerprint: str, now: float, me: Instance) -> Verdict:
@@ -39,13 +44,24 @@ def judge(existing: ExistingKey, fingerprint: str, now: float, me: Instance) -> 
     if existing.state == "completed":
         result = json.loads(existing.result_json) if existing.result_json else None
         return Verdict(Claim("replay", result=result))
+    gone = owner_gone_reason(existing.owner, me, now)
     if existing.state == "in_doubt":
-        return Verdict(Claim("in_doubt"))
-    reason = pending_in_doubt_reason(existing, now, me)
-    if reason is not None:
-        return Verdict(Claim("in_doubt"), reason)
+        # A body still running in an abandoned thread may yet have its effect: nobody settles it.
+        return Verdict(Claim("in_doubt", reconcilable=existing.body != BODY_RUNNING or gone is not None))
+    if gone is not None and never_started(existing):
+        return Verdict(Claim("new"), take_over=True)
+    if now >= existing.lease_until:
+        # The lease ran out; while the owner lives, its body may yet run.
+        return Verdict(Claim("in_doubt", reconcilable=gone is not None), LEASE_EXPIRED)
+    if gone is not None:
+        return Verdict(Claim("in_doubt", reconcilable=True), gone)
     wait = min(max(existing.lease_until - now, MIN_RETRY_AFTER_S), MAX_RETRY_AFTER_S)
     return Verdict(Claim("in_progress", retry_after_s=round(wait, 3)))
+
+
+def never_started(existing: ExistingKey) -> bool:
+    """Whether a pending claim provably never reached its tool body."""
+    return existing.body == BODY_NOT_STARTED and existing.start_record_intact
 
 
 def pending_in_doubt_reason(existing: ExistingKey, now: float, me: Instance) -> str | None:

@@ -22,9 +22,13 @@ import structlog
 from ..errors import FatalError
 from ..project import ENV_PREFIX
 from . import (
+    BODY_ENDED,
+    BODY_NOT_STARTED,
+    BODY_RUNNING,
     DEFAULT_TTL_S,
     HEARTBEAT_S,
     Claim,
+    ClaimLostError,
     HealthStatus,
     IdempotencyStore,
     KeyRecord,
@@ -32,7 +36,7 @@ from . import (
     StoreUnavailableError,
     settled_result,
 )
-from .instances import HeartbeatThread, Instance, OwnerRow, owner_gone_reason
+from .instances import HeartbeatThread, Instance, OwnerRow, owner_gone_reason, same_boot
 from .rules import (
     LEASE_EXPIRED,
     SETTLED_DONE,
@@ -46,7 +50,7 @@ from .rules import (
 T = TypeVar("T")
 _log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 15.0  # how long a write waits for another process's transaction
 PURGE_EVERY_S = 60.0
 
@@ -78,11 +82,13 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at)",
         "CREATE INDEX idempotency_keys_state ON idempotency_keys (state) WHERE state <> 'completed'",
     ),
+    # How far each call got (rules.py); rows from before count as started.
+    ("ALTER TABLE idempotency_keys ADD COLUMN body INTEGER NOT NULL DEFAULT 1",),
 )
 
 _SELECT_EXISTING = """
     SELECT k.fingerprint, k.state, k.result, k.lease_until,
-           i.instance_id, i.host_id, i.hostname, i.pid, i.heartbeat_at, i.heartbeat_s
+           i.instance_id, i.host_id, i.hostname, i.pid, i.heartbeat_at, i.heartbeat_s, k.body
     FROM idempotency_keys AS k LEFT JOIN idempotency_instances AS i ON i.instance_id = k.owner
     WHERE k.tool = ? AND k.key = ?"""
 _SELECT_RECORDS = "SELECT tool, key, state, fingerprint, created_at, updated_at, note FROM idempotency_keys"
@@ -159,7 +165,12 @@ class SQLiteStore(IdempotencyStore):
     def _close_sync(self, conn: sqlite3.Connection) -> None:
         try:
             with _write(conn):
-                # Calls still running when the server stops can no longer finish.
+                # Calls still running when the server stops can no longer finish; those that
+                # never reached their body never will (marking the start needs this store).
+                conn.execute(
+                    "DELETE FROM idempotency_keys WHERE owner = ? AND state = 'pending' AND body = ?",
+                    (self.me.instance_id, BODY_NOT_STARTED),
+                )
                 conn.execute(
                     "UPDATE idempotency_keys SET state = 'in_doubt', note = ?, updated_at = ?"
                     " WHERE owner = ? AND state = 'pending'",
@@ -192,15 +203,35 @@ class SQLiteStore(IdempotencyStore):
             if row is None:
                 conn.execute(
                     "INSERT INTO idempotency_keys"
-                    " (tool, key, fingerprint, state, owner, created_at, updated_at, lease_until)"
-                    " VALUES (?, ?, ?, 'pending', ?, ?, ?, ?)",
-                    (tool, key, fingerprint, self.me.instance_id, now, now, now + lease_s),
+                    " (tool, key, fingerprint, state, owner, created_at, updated_at, lease_until, body)"
+                    " VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
+                    (tool, key, fingerprint, self.me.instance_id, now, now, now + lease_s, BODY_NOT_STARTED),
                 )
                 return Claim("new")
-            verdict = judge(_existing(row), fingerprint, now, self.me)
+            verdict = judge(_existing(row, self.me), fingerprint, now, self.me)
+            if verdict.take_over:
+                conn.execute(
+                    "UPDATE idempotency_keys SET owner = ?, updated_at = ?, lease_until = ?, note = ''"
+                    " WHERE tool = ? AND key = ?",
+                    (self.me.instance_id, now, now + lease_s, tool, key),
+                )
             if verdict.now_in_doubt is not None:
                 _set_in_doubt(conn, tool, key, verdict.now_in_doubt, now)
             return verdict.claim
+
+    async def mark_started(self, tool: str, key: str) -> None:
+        if not await self._run("mark_started", self._mark_started, tool, key):
+            raise ClaimLostError
+
+    def _mark_started(self, conn: sqlite3.Connection, tool: str, key: str) -> bool:
+        # Not durable (no fsync): it must survive this process, and is trusted only on the same boot.
+        with _write(conn):
+            cursor = conn.execute(
+                "UPDATE idempotency_keys SET body = ?"
+                " WHERE tool = ? AND key = ? AND owner = ? AND state = 'pending'",
+                (BODY_RUNNING, tool, key, self.me.instance_id),
+            )
+            return cursor.rowcount > 0
 
     async def complete(self, tool: str, key: str, result: dict[str, Any]) -> None:
         stored = await self._run("complete", self._finish, tool, key, "completed", encode_result(result))
@@ -210,8 +241,11 @@ class SQLiteStore(IdempotencyStore):
     async def release(self, tool: str, key: str) -> None:
         await self._run("release", self._finish, tool, key, "released", None)
 
-    async def mark_in_doubt(self, tool: str, key: str, note: str = "") -> None:
-        await self._run("mark_in_doubt", self._finish, tool, key, "in_doubt", note)
+    async def mark_in_doubt(
+        self, tool: str, key: str, note: str = "", *, still_running: bool = False
+    ) -> None:
+        how = "in_doubt_running" if still_running else "in_doubt"
+        await self._run("mark_in_doubt", self._finish, tool, key, how, note)
 
     def _finish(self, conn: sqlite3.Connection, tool: str, key: str, how: str, value: str | None) -> bool:
         """End our own claim: only the instance that claimed a key may record its outcome."""
@@ -230,10 +264,11 @@ class SQLiteStore(IdempotencyStore):
                     (tool, key, self.me.instance_id),
                 )
             else:
+                body = BODY_RUNNING if how == "in_doubt_running" else BODY_ENDED
                 cursor = conn.execute(
-                    "UPDATE idempotency_keys SET state = 'in_doubt', note = ?, updated_at = ?"
+                    "UPDATE idempotency_keys SET state = 'in_doubt', note = ?, updated_at = ?, body = ?"
                     " WHERE tool = ? AND key = ? AND owner = ? AND state = 'pending'",
-                    (value, now, tool, key, self.me.instance_id),
+                    (value, now, body, tool, key, self.me.instance_id),
                 )
             return cursor.rowcount > 0
 
@@ -271,7 +306,7 @@ class SQLiteStore(IdempotencyStore):
             row = conn.execute(_SELECT_EXISTING, (tool, key)).fetchone()
             if row is None:
                 return False
-            existing = _existing(row)
+            existing = _existing(row, self.me)
             if existing.state == "completed":
                 return False
             running = existing.state == "pending" and (
@@ -304,8 +339,8 @@ class SQLiteStore(IdempotencyStore):
         try:
             in_doubt = await self.in_doubt_count()
         except (StoreUnavailableError, RuntimeError) as exc:
-            return "failing", f"the idempotency table {self.path} cannot be read ({type(exc).__name__})"
-        return health_verdict(in_doubt, self._heartbeat, f"sqlite {self.path}")
+            return "failing", f"the idempotency table {self.path.name} cannot be read ({type(exc).__name__})"
+        return health_verdict(in_doubt, self._heartbeat, f"sqlite {self.path.name}")
 
     # --- heartbeat and sweep --------------------------------------------------
 
@@ -337,8 +372,14 @@ class SQLiteStore(IdempotencyStore):
                 (me.instance_id,),
             ).fetchall()
             for row in others:
-                reason = owner_gone_reason(OwnerRow(*row), me, now)
+                owner = OwnerRow(*row)
+                reason = owner_gone_reason(owner, me, now)
                 if reason is not None:
+                    if same_boot(owner, me):  # its unflushed writes survived: "not started" is proof
+                        conn.execute(
+                            "DELETE FROM idempotency_keys WHERE owner = ? AND state = 'pending' AND body = ?",
+                            (owner.instance_id, BODY_NOT_STARTED),
+                        )
                     conn.execute(
                         "UPDATE idempotency_keys SET state = 'in_doubt', note = ?, updated_at = ?"
                         " WHERE owner = ? AND state = 'pending'",
@@ -443,9 +484,18 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
             conn.execute("INSERT INTO idempotency_schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
 
 
-def _existing(row: tuple[Any, ...]) -> ExistingKey:
+def _existing(row: tuple[Any, ...], me: Instance) -> ExistingKey:
     owner = None if row[4] is None else OwnerRow(*row[4:10])
-    return ExistingKey(fingerprint=row[0], state=row[1], result_json=row[2], lease_until=row[3], owner=owner)
+    return ExistingKey(
+        fingerprint=row[0],
+        state=row[1],
+        result_json=row[2],
+        lease_until=row[3],
+        owner=owner,
+        body=row[10],
+        # The file is local: the owner's unflushed writes are lost only if this machine restarted.
+        start_record_intact=owner is not None and same_boot(owner, me),
+    )
 
 
 def _set_in_doubt(conn: sqlite3.Connection, tool: str, key: str, note: str, now: float) -> None:

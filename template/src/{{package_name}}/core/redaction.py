@@ -1,0 +1,80 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""What never leaves the server: secret-shaped values (in the log and in answers) and local paths.
+
+One set of rules serves both the log processor and every message shown to the model, so
+a secret the log would hide is hidden from the client too.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+REDACTED = "[redacted]"
+PATH_HIDDEN = "[path]"
+
+# Field names whose values are secrets, wherever they appear (log keys, `name=value` in text).
+SECRET_NAME = (
+    r"(?:pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
+    r"|authorization|cookie|credentials?|dsn|database[_-]?url)"
+)
+_SECRET_KEY = re.compile(SECRET_NAME, re.I)
+
+_SECRET_SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
+    # user:password@ in any URL
+    (re.compile(r"(?P<keep>[a-z][a-z0-9+.-]*://[^:/@\s]+:)[^@\s]+@", re.I), rf"\g<keep>{REDACTED}@"),
+    # `password=...`, `api_key: ...`, `"token": "..."`
+    (
+        re.compile(rf"(?P<keep>\b\w*{SECRET_NAME}\w*[\"']?\s*[=:]\s*[\"']?)[^\s\"',;&]{{4,}}", re.I),
+        rf"\g<keep>{REDACTED}",
+    ),
+    # Authorization: Bearer/Basic <credentials>
+    (re.compile(r"(?P<keep>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}", re.I), rf"\g<keep>{REDACTED}"),
+    # Well-known key formats: OpenAI/Stripe-style sk-/pk-/rk-, GitHub, Slack, AWS, Google, JWTs.
+    (
+        re.compile(
+            r"\b(?:(?:sk|pk|rk)[-_][A-Za-z0-9_-]{8,}"
+            r"|gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{20,}"
+            r"|xox[abprs]-[A-Za-z0-9-]{10,}"
+            r"|AKIA[0-9A-Z]{16}"
+            r"|AIza[0-9A-Za-z_-]{30,}"
+            r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)"
+        ),
+        REDACTED,
+    ),
+)
+
+# Absolute paths: /a/b (two segments or more, so "km/h" or "/s" stay), ~/x, C:\x.
+_PATH = re.compile(r"(?<![\w.:/\\~])(?:~|[A-Za-z]:)?[/\\](?:[\w.@%+-]+[/\\])+[\w.@%+-]*")
+
+
+@functools.lru_cache(maxsize=1024)
+def is_secret_name(name: str) -> bool:
+    """Whether a field called `name` holds a secret. Cached: the same keys come by on every line."""
+    return _SECRET_KEY.search(name) is not None
+
+
+def redact_text(text: str) -> str:
+    """The text with every secret-shaped value replaced by `[redacted]`."""
+    if len(text) <= _CACHED_CHARS:
+        return _redact_short(text)
+    return _redact(text)
+
+
+_CACHED_CHARS = 64  # tool names, events, short messages: the same few strings on every line
+
+
+@functools.lru_cache(maxsize=4096)
+def _redact_short(text: str) -> str:
+    return _redact(text)
+
+
+def _redact(text: str) -> str:
+    for pattern, replacement in _SECRET_SHAPES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def strip_paths(text: str) -> str:
+    """The text with absolute file paths replaced by `[path]` (they describe the server's machine)."""
+    return _PATH.sub(PATH_HIDDEN, text)

@@ -1,0 +1,100 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""A tool body while it runs: whether it started, whether it was told to stop, threads left behind.
+
+The idempotency table needs to know whether a side-effecting call ever reached its tool
+body (a call that never did can safely run again), and a sync tool running in a worker
+thread cannot be cancelled: past its time limit the thread is abandoned and goes on
+until it returns. `cancelled()` lets such a tool notice and stop early; the abandoned
+threads are counted (health_check shows them) and bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
+
+MAX_ABANDONED_THREADS = 16  # past this, new sync calls are refused until some finish
+
+_BODY: ContextVar[Body | None] = ContextVar("tool_body", default=None)
+
+
+def cancelled() -> bool:
+    """True once the current call was cancelled or ran past its time limit.
+
+    A sync tool keeps running in its thread after that (Python cannot stop a thread);
+    poll this between steps of long work and return or raise early. Its answer is no
+    longer delivered, and a side-effecting call stays `in_doubt`. Async tools are
+    cancelled outright; for them this is always False.
+    """
+    body = _BODY.get()
+    return body is not None and body.stop.is_set()
+
+
+@dataclass
+class Body:
+    """One attempt at running a tool body. `on_start` records the start before the body runs."""
+
+    on_start: Callable[[], Awaitable[None]] | None = None
+    started: bool = False
+    stop: threading.Event = field(default_factory=threading.Event)
+    _thread_running: bool = False
+    abandoned: bool = False
+
+    async def begin(self) -> None:
+        """Called right before the body runs: after this, the body may have done anything."""
+        if not self.started:
+            if self.on_start is not None:
+                await self.on_start()
+            self.started = True
+
+    def enter_thread(self) -> None:
+        with _ABANDONED.lock:
+            self._thread_running = True
+
+    def leave_thread(self) -> None:
+        with _ABANDONED.lock:
+            self._thread_running = False
+            if self.abandoned:
+                _ABANDONED.count -= 1
+
+    def abandon(self) -> None:
+        """The caller stopped waiting (time limit, cancellation): tell the body, count its thread."""
+        self.stop.set()
+        with _ABANDONED.lock:
+            if self._thread_running and not self.abandoned:
+                self.abandoned = True
+                _ABANDONED.count += 1
+
+    @property
+    def still_running(self) -> bool:
+        """Whether the body goes on in an abandoned thread (its effect may still happen)."""
+        return self.abandoned and self._thread_running
+
+
+class _AbandonedThreads:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+
+
+_ABANDONED = _AbandonedThreads()
+
+
+def abandoned_threads() -> int:
+    """Sync tool bodies still running after their call gave up on them, in this process."""
+    return _ABANDONED.count
+
+
+def current_body() -> Body | None:
+    return _BODY.get()
+
+
+def set_body(body: Body | None) -> Token[Body | None]:
+    """Make `body` the current call's; returns the token for `reset_body`."""
+    return _BODY.set(body)
+
+
+def reset_body(token: Token[Body | None]) -> None:
+    _BODY.reset(token)
