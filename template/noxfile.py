@@ -61,3 +61,10 @@ def bench(session: nox.Session) -> None:
         scripts = [Path("benchmarks") / f"bench_{session.posargs[0]}.py"]
     for script in scripts:
         session.run("python", str(script), *session.posargs[1:])
+
+
+@nox.session(default=False)
+def soak(session: nox.Session) -> None:
+    """Side-effecting calls while the server is killed at random; fails on duplicated or lost effects."""
+    session.install("-e", ".[dev]")
+    session.run("python", "benchmarks/soak.py", *session.posargs)
