@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from importlib import metadata
 from types import ModuleType
 
 from .discovery import discover_tools
@@ -12,17 +11,10 @@ from .health import CallStats, CheckResult, make_health_tool
 from .idempotency import create_store
 from .idempotent_call import StoreHandle
 from .logs import configure_logging
-from .project import DISPLAY_NAME, SLUG, STRICT_ARGUMENTS
+from .project import DISPLAY_NAME, SLUG, STRICT_ARGUMENTS, installed_version
 from .server import ResilientServer
 from .settings import CoreSettings
 from .startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
-
-
-def package_version() -> str:
-    try:
-        return metadata.version(SLUG)
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 def create_server(
@@ -39,7 +31,7 @@ def create_server(
         from .. import tools
 
         tools_package = tools
-    version = package_version()
+    version = installed_version()
     stats = CallStats()
     store = StoreHandle(create_store(settings))
 
