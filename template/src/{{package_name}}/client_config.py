@@ -81,10 +81,12 @@ def config_for(
                 "Claude Desktop does not read HTTP servers from its configuration file: add "
                 f"{http_url} under Settings > Connectors > Add custom connector, or drop --http"
             )
+        linux = sys.platform.startswith("linux")
+        unofficial = " (Claude Desktop has no official Linux build)" if linux else ""
         return ClientConfig(
             {"mcpServers": {SLUG: stdio}},
             _config_home(environ, home) / "Claude" / "claude_desktop_config.json",
-            'merge it into the file\'s "mcpServers", then restart Claude Desktop',
+            f'merge it into the file\'s "mcpServers", then restart Claude Desktop{unofficial}',
         )
     if client == "claude-code":
         entry = {"type": "http", "url": http_url} if http_url else {"type": "stdio", **stdio}
