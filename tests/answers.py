@@ -15,6 +15,7 @@ DEFAULT_ANSWERS: dict[str, Any] = {
     "description": "An MCP server that does not fail quietly.",
     "author_name": "Example Author",
     "author_email": "author@example.com",
+    "repository_url": "https://github.com/example-author/example-tools",
     "license": "MIT",
     "python_version": "3.11",
     "env_prefix": "EXAMPLE_TOOLS_",
@@ -32,7 +33,12 @@ MATRIX: dict[str, dict[str, Any]] = {
         "strict_arguments": False,
         "python_version": "3.13",
     },
-    "apache-budget1-py312": {"license": "Apache-2.0", "tool_budget": 1, "python_version": "3.12"},
+    "apache-budget1-py312": {
+        "license": "Apache-2.0",
+        "tool_budget": 1,
+        "python_version": "3.12",
+        "repository_url": "",
+    },
     "bsd-weather-names": {
         "license": "BSD-3-Clause",
         "project_name": "Weather Tools",
@@ -41,6 +47,7 @@ MATRIX: dict[str, dict[str, Any]] = {
         "env_prefix": "WX_",
         "description": 'Forecasts for "any" city, {braces} included.',
         "author_name": "Zoë O'Brien",
+        "repository_url": "https://github.com/zoe-obrien/weather-tools",
     },
     "proprietary-postgres": {"license": "Proprietary", "idempotency_backend": "postgres"},
 }

@@ -64,12 +64,13 @@ def is_owner_owned(relpath: str, package: str) -> bool:
     return any(fnmatchcase(relpath, pattern.format(pkg=package)) for pattern in OWNER_OWNED)
 
 
-# Jinja's delimiters, matched tightly: Python f-strings (`f"{{x}}"`), dicts and
-# `${#array}` in shell also contain braces, but not a question name or a statement.
+# Jinja's delimiters, matched tightly: Python f-strings (`f"{{x}}"`), dicts,
+# `${#array}` in shell and GitHub expressions (`${{ a || b }}`) also contain braces,
+# but not a question name, a filter or a statement.
 _VARIABLES = "|".join([*QUESTIONS, r"_copier_\w+"])
 JINJA_LEFTOVER = re.compile(
     r"\{\{-?\s*(?:" + _VARIABLES + r")\b[^{}\n]*\}\}"
-    r"|\{\{[^{}\n]*\|\s*[a-z_]+[^{}\n]*\}\}"
+    r"|\{\{[^{}\n]*(?<!\|)\|(?!\|)\s*[a-z_]+[^{}\n]*\}\}"
     r"|\{%-?\s*(?:if|elif|else|endif|for|endfor|set|raw|endraw|macro|endmacro|include|import|with|endwith)\b"
     r"|\{#-?\s(?:(?!#\}).){0,2000}#\}",
     re.DOTALL,

@@ -47,7 +47,9 @@ def test_leftover_detector_flags_jinja_but_not_python_braces() -> None:
     assert jinja_leftovers("{%- if license != 'MIT' %}") == ["{%- if"]
     assert jinja_leftovers("{# a note\n for later #}") == ["{# a note\n for later #}"]
     python = 'f"{{literal}} {value}"\nd = {"a": {"b": 1}}\necho "${#items[@]}"\nf"{{{x}}}"\n'
+    workflow = "token: ${{ secrets.TOKEN || github.token }}\ntags: type=semver,pattern={{version}}\n"
     assert jinja_leftovers(python) == []
+    assert jinja_leftovers(workflow) == []
 
 
 @pytest.mark.parametrize("entry", ENTRIES)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from importlib import metadata
 from types import ModuleType
 
 from .discovery import discover_tools
@@ -12,20 +11,13 @@ from .health import CallStats, CheckResult, make_health_tool
 from .idempotency import create_store
 from .idempotent_call import StoreHandle
 from .logs import configure_logging, get_logger
-from .project import DISPLAY_NAME, ENV_PREFIX, SLUG, STRICT_ARGUMENTS
+from .project import DISPLAY_NAME, ENV_PREFIX, SLUG, STRICT_ARGUMENTS, installed_version
 from .running import MAX_ABANDONED_THREADS, abandoned_threads
 from .server import ResilientServer
 from .settings import CoreSettings
 from .startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
 
 log = get_logger(__name__)
-
-
-def package_version() -> str:
-    try:
-        return metadata.version(SLUG)
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 def create_server(
@@ -42,7 +34,7 @@ def create_server(
         from .. import tools
 
         tools_package = tools
-    version = package_version()
+    version = installed_version()
     stats = CallStats()
     store = StoreHandle(create_store(settings))
 
