@@ -27,6 +27,7 @@ Category = Literal[
     "internal",
     "fatal",
     "partial",
+    "forbidden",
 ]
 
 # Whether retrying the same call can help, by category (conflict: only while in progress).
@@ -41,6 +42,7 @@ RETRYABLE: dict[Category, bool] = {
     "internal": False,
     "fatal": False,
     "partial": False,
+    "forbidden": False,
 }
 
 

@@ -20,6 +20,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, InputRequiredResult
 
+from .callers import caller, forbidden_message, missing_scopes
 from .entrypoints import entrypoint
 from .errors import FatalError, TransientError
 from .fatal_exit import FatalExit, WatchedWriter
@@ -97,6 +98,7 @@ class ResilientServer(MCPServer[Any]):
         self.stats = stats
         self.store = store
         self.fatal_exit: FatalExit | None = None  # armed only when serving a transport
+        self.scopes_enforced = False  # a tool's `scopes` apply with AUTH=oauth over HTTP
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -124,6 +126,7 @@ class ResilientServer(MCPServer[Any]):
             category=failure.category if failure else None,
             duration_ms=round((time.perf_counter() - started) * 1000, 2),
             attempts=outcome.count,
+            **caller(),
         )
         if failure is None:
             assert outcome.result is not None
@@ -141,6 +144,10 @@ class ResilientServer(MCPServer[Any]):
         served = self.served.get(name)
         if served is None:
             return Attempts(failure=Failure.refusal("unknown_tool", unknown_tool_message(name, self.served)))
+        if served.spec.scopes and self.scopes_enforced:
+            missing = missing_scopes(served.spec.scopes)
+            if missing:
+                return Attempts(failure=Failure.refusal("forbidden", forbidden_message(name, missing)))
         problem, validated = served.validator.check(arguments)
         if problem is not None:
             return Attempts(failure=Failure.refusal("invalid_input", problem))
@@ -220,9 +227,12 @@ class ResilientServer(MCPServer[Any]):
 
     async def serve_http(self, host: str, port: int) -> None:
         """Streamable HTTP on /mcp; a fatal call is answered, then the process exits."""
+        from .http_server import check_http_settings, serve_http
+
+        check_http_settings(self, host, port)  # before any dependency opens: exit 78
         await self.open_dependencies()
         self.fatal_exit = FatalExit(grace_s=1.0)
         try:
-            await self.run_streamable_http_async(host=host, port=port, streamable_http_path="/mcp")
+            await serve_http(self, host, port)
         finally:
             await self.store.close()

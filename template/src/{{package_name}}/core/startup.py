@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from .errors import FatalError
 from .project import ENV_PREFIX, IDEMPOTENCY_BACKEND
+from .redaction import is_secret_name
 from .settings import CoreSettings
 
 EXIT_FATAL_AT_STARTUP = 78  # EX_CONFIG from sysexits.h
@@ -34,7 +35,8 @@ def _settings_error(exc: ValidationError) -> FatalError:
     problems = []
     for error in exc.errors():
         variable = ENV_PREFIX + "_".join(str(part) for part in error["loc"]).upper()
-        value = repr(error["input"])
+        # A secret (a short bearer token, a DSN's password) is named, never shown.
+        value = "[redacted]" if is_secret_name(variable.lower()) else repr(error["input"])
         if len(value) > _MAX_VALUE_CHARS:
             value = value[: _MAX_VALUE_CHARS - 3] + "..."
         problems.append(f"{variable}={value} is invalid ({error['msg']})")

@@ -9,7 +9,7 @@ servers in one process never registers a tool twice.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
@@ -37,6 +37,7 @@ class ToolSpec:
     open_world: bool | None = None
     timeout_s: float | None = None
     reconcile: Reconcile | None = None
+    scopes: tuple[str, ...] = ()
 
     @property
     def description(self) -> str:
@@ -78,6 +79,7 @@ def tool(
     open_world: bool | None = None,
     timeout_s: float | None = None,
     reconcile: Reconcile | None = None,
+    scopes: Sequence[str] = (),
 ) -> Callable[[F], F]: ...
 
 
@@ -92,6 +94,7 @@ def tool(
     open_world: bool | None = None,
     timeout_s: float | None = None,
     reconcile: Reconcile | None = None,
+    scopes: Sequence[str] = (),
 ) -> Any:
     """Mark a function as an MCP tool; `@tool` and `@tool(...)` both work.
 
@@ -110,6 +113,8 @@ def tool(
         reconcile: for a side-effecting tool, `fn(idempotency_key)` (sync or async) that
             looks at the outside system and answers "done", "not_done" or "unknown" for a
             call whose outcome is in doubt; a retry of that key then settles itself.
+        scopes: OAuth scopes a caller needs for this tool (HTTP with AUTH=oauth); a token
+            without one gets a `forbidden` result naming it.
     """
     if read_only and side_effect:
         raise TypeError("a tool cannot be both read_only and side_effect: choose one")
@@ -130,6 +135,7 @@ def tool(
             open_world=open_world,
             timeout_s=timeout_s,
             reconcile=reconcile,
+            scopes=(scopes,) if isinstance(scopes, str) else tuple(scopes),
         )
         setattr(fn, SPEC_ATTRIBUTE, spec)
         return fn

@@ -1,0 +1,61 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""Who may reach the HTTP server: DNS-rebinding checks on every bind, and the start-up refusals.
+
+The SDK arms its Host/Origin checks only for loopback binds; here they are armed for every
+bind, from `ALLOWED_HOSTS` / `ALLOWED_ORIGINS`, so `--host 0.0.0.0` is never silently open.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from mcp.server.transport_security import TransportSecuritySettings
+
+from .errors import FatalError
+from .project import ENV_PREFIX
+from .settings import CoreSettings
+
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(settings: CoreSettings, host: str) -> None:
+    """Refuse a non-loopback bind that a browser or a stranger on the network could use."""
+    if is_loopback(host):
+        return
+    if not settings.allowed_hosts:
+        raise FatalError(
+            f"{ENV_PREFIX}ALLOWED_HOSTS is not set for a bind to {host}",
+            f"set {ENV_PREFIX}ALLOWED_HOSTS to the names clients use to reach this server "
+            "(e.g. mcp.example.com,mcp.example.com:8000)",
+        )
+    if settings.auth == "none" and not settings.allow_unauthenticated:
+        raise FatalError(
+            f"{ENV_PREFIX}AUTH=none on a bind to {host} lets anyone on the network call the tools",
+            f"set {ENV_PREFIX}AUTH=bearer (with {ENV_PREFIX}BEARER_TOKEN) or oauth, or "
+            f"{ENV_PREFIX}ALLOW_UNAUTHENTICATED=true if a proxy in front authenticates",
+        )
+
+
+def transport_security(settings: CoreSettings, host: str) -> TransportSecuritySettings:
+    """The SDK's Host/Origin checks for this bind: 421 for a bad Host, 403 for a bad Origin."""
+    hosts = list(settings.allowed_hosts)
+    origins = list(settings.allowed_origins)
+    if is_loopback(host):
+        hosts += LOOPBACK_HOSTS
+        origins += [f"http://{name}:*" for name in LOOPBACK_HOSTS]
+    allowed: list[str] = []
+    for name in hosts:
+        # A bare name is accepted with or without a port, as proxies send either.
+        allowed += [name] if ":" in name.removeprefix("[").split("]")[-1] else [name, f"{name}:*"]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=allowed, allowed_origins=origins
+    )

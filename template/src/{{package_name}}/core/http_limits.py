@@ -1,0 +1,102 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""Bounds on slow clients: a request's headers and its body must each arrive in time.
+
+uvicorn bounds idle keep-alive connections but not a client that sends its headers or its
+body a byte at a time; each such connection would be held open for ever. Connection and
+session counts are bounded by uvicorn (`limit_concurrency`) and the SDK (`max_sessions`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+
+def bounded_h11(read_timeout_s: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol, closing a connection whose request headers take too long."""
+
+    class BoundedH11Protocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._deadline is None and self._between_requests():
+                self._arm()  # a new request begins on a kept-alive connection
+            super().data_received(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._deadline = self.loop.call_later(read_timeout_s, self._headers_too_slow)
+
+        def _between_requests(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def _headers_too_slow(self) -> None:
+            self._deadline = None
+            if self._between_requests() and not self.transport.is_closing():
+                self.transport.close()
+
+    return BoundedH11Protocol
+
+
+class BodyReadTimeout:
+    """ASGI middleware: each chunk of a request body must arrive within the time limit (else 408)."""
+
+    def __init__(self, app: ASGIApp, read_timeout_s: float) -> None:
+        self.app = app
+        self.read_timeout_s = read_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        body_done = False
+        timed_out = False
+        started = False
+
+        async def bounded_receive() -> Message:
+            nonlocal body_done, timed_out
+            if body_done:  # afterwards receive() waits for a disconnect: unbounded on purpose
+                return await receive()
+            with anyio.move_on_after(self.read_timeout_s):
+                message = await receive()
+                body_done = message["type"] != "http.request" or not message.get("more_body", False)
+                return message
+            timed_out = body_done = True
+            return {"type": "http.disconnect"}  # the app gives up on this request
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, bounded_receive, watched_send)
+        except Exception:
+            if not timed_out:  # a body cut short may make the app raise: that one is answered here
+                raise
+        if timed_out and not started:
+            await _send_408(send)
+
+
+async def _send_408(send: Send) -> None:
+    body = b"Request body not received in time"
+    headers: list[tuple[bytes, Any]] = [
+        (b"content-type", b"text/plain"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": 408, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

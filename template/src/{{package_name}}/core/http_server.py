@@ -1,0 +1,142 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""`serve --transport http`: the SDK's Streamable HTTP app, made fit for a network.
+
+Host/Origin checks on every bind, bearer or OAuth through the SDK's auth hooks, the probes,
+bounded bodies, sessions and slow clients, uvicorn's lines through the JSON log, and a
+drain on SIGTERM/SIGINT: stop accepting, let calls in flight finish within
+`SHUTDOWN_GRACE_S`, cancel what is left (a side-effecting call cut there is in doubt), exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import uvicorn
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.settings import AuthSettings
+from starlette.types import ASGIApp
+
+from .bearer import bearer_verifier
+from .errors import FatalError
+from .http_exposure import check_exposure, is_loopback, transport_security
+from .http_limits import BodyReadTimeout, bounded_h11
+from .logs import get_logger
+from .oauth import oauth_verifier
+from .probes import add_probes
+from .settings import CoreSettings
+from .startup import exit_fatal
+
+if TYPE_CHECKING:
+    from .server import ResilientServer
+
+log = get_logger(__name__)
+MCP_PATH = "/mcp"
+_FLUSH_S = 1  # after the last call ends, time for its answer to be written
+
+
+def auth_for(settings: CoreSettings, host: str, port: int) -> tuple[AuthSettings, TokenVerifier] | None:
+    """The SDK's auth settings and token verifier for `AUTH`; None for `none`."""
+    if settings.auth == "none":
+        return None
+    if settings.auth == "bearer":
+        # AuthSettings needs an issuer; a static token has none, and no metadata is served.
+        own_url = f"http://{host}:{port}"
+        return AuthSettings(issuer_url=own_url, resource_server_url=None), bearer_verifier(settings)
+    verifier = oauth_verifier(settings)
+    auth = AuthSettings(
+        issuer_url=verifier.issuer,
+        resource_server_url=verifier.audience,
+        required_scopes=settings.oauth_required_scopes or None,
+        validate_token_resource=False,  # the verifier checks the audience itself
+    )
+    return auth, verifier
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, draining tool calls before it closes connections."""
+
+    def __init__(self, config: uvicorn.Config, mcp: ResilientServer, grace_s: float) -> None:
+        super().__init__(config)
+        self.mcp = mcp
+        self.grace_s = grace_s
+        self.draining = False
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.draining:
+            log.info("draining", signal=signal.Signals(sig).name, grace_s=self.grace_s)
+        self.draining = True
+        super().handle_exit(sig, frame)
+        # uvicorn re-raises the signal after shutting down; a drained server exits 0 instead.
+        self._captured_signals.clear()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # stop accepting; open connections still see /readyz say 503
+        deadline = time.monotonic() + self.grace_s
+        # A counter the call path keeps anyway: polled, rather than an event on every call.
+        while self.mcp.stats.in_flight and time.monotonic() < deadline and not self.force_exit:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        left = self.mcp.stats.in_flight
+        if left:
+            log.warning("drain_grace_exceeded", calls_cut=left, grace_s=self.grace_s)
+        # Then uvicorn closes connections (standing streams too) and cancels what is left.
+        self.config.timeout_graceful_shutdown = 0 if left else _FLUSH_S
+        await super().shutdown(sockets)
+
+
+def check_http_settings(server: ResilientServer, host: str, port: int) -> None:
+    """Refuse an unsafe bind or an unusable auth setting (one FATAL line, exit 78); arm the auth."""
+    settings = server.app_settings
+    try:
+        check_exposure(settings, host)
+        auth = auth_for(settings, host, port)
+    except FatalError as exc:
+        exit_fatal(exc)
+    if auth is not None:
+        # What MCPServer(auth=..., token_verifier=...) would set: read when the HTTP app is built.
+        server.settings.auth, server._token_verifier = auth
+    server.scopes_enforced = settings.auth == "oauth"
+    if settings.auth == "none" and not is_loopback(host):
+        log.warning("unauthenticated", host=host, detail="ALLOW_UNAUTHENTICATED=true: anyone who reaches it")
+
+
+def build_app(server: ResilientServer, host: str, is_draining: Callable[[], bool]) -> ASGIApp:
+    """The SDK's Streamable HTTP app with this server's limits and the probes beside it."""
+    settings = server.app_settings
+    add_probes(server, server.served["health_check"].spec.fn, is_draining)
+    app = server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        stateless_http=settings.http_stateless,
+        max_request_body_size=settings.max_request_bytes,
+        session_idle_timeout=settings.session_idle_timeout_s,
+        max_sessions=settings.max_sessions,
+        transport_security=transport_security(settings, host),
+        host=host,
+    )
+    return BodyReadTimeout(app, settings.http_read_timeout_s)
+
+
+async def serve_http(server: ResilientServer, host: str, port: int) -> None:
+    """Serve until a signal has drained the calls in flight (check_http_settings came first)."""
+    settings = server.app_settings
+    holder: list[DrainingServer] = []
+    app = build_app(server, host, lambda: bool(holder) and holder[0].draining)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=bounded_h11(settings.http_read_timeout_s),
+        log_config=None,  # uvicorn's loggers reach the root handler: JSON on stderr
+        limit_concurrency=settings.max_connections,
+        server_header=False,
+        lifespan="on",
+    )
+    uv = DrainingServer(config, server, settings.shutdown_grace_s)
+    holder.append(uv)
+    await uv.serve()

@@ -1,0 +1,117 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""`AUTH=oauth`: an OAuth 2.1 resource server that accepts JWT access tokens.
+
+PyJWT checks the signature against the issuer's JWKS (its `PyJWKClient` fetches and caches
+the key set, and refetches when a token names a key it has not seen), then `iss`, `exp`,
+`nbf` and the audience: this server's resource URL (RFC 8707). The SDK's bearer middleware
+turns a refusal into 401, and a token without the required scopes into 403.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+import anyio
+import jwt
+from mcp.server.auth.provider import AccessToken
+
+from .errors import FatalError
+from .logs import get_logger
+from .project import ENV_PREFIX
+from .settings import CoreSettings
+
+log = get_logger(__name__)
+ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
+LEEWAY_S = 30  # clocks of the issuer and this server may differ a little
+_FETCH_TIMEOUT_S = 10
+
+
+class JwtTokenVerifier:
+    """A TokenVerifier for JWT access tokens signed by the issuer's keys."""
+
+    def __init__(self, *, issuer: str, audience: str, jwks_url: str | None) -> None:
+        self.issuer = issuer
+        self.audience = audience
+        self._jwks_url = jwks_url
+        self._keys: jwt.PyJWKClient | None = None
+
+    def _client(self) -> jwt.PyJWKClient:
+        if self._keys is None:
+            url = self._jwks_url or discover_jwks_url(self.issuer)
+            self._keys = jwt.PyJWKClient(url, cache_keys=True, lifespan=300, timeout=_FETCH_TIMEOUT_S)
+        return self._keys
+
+    def _decode(self, token: str) -> dict[str, Any]:
+        key = self._client().get_signing_key_from_jwt(token)
+        claims: dict[str, Any] = jwt.decode(
+            token,
+            key,
+            algorithms=ALGORITHMS,
+            audience=self.audience,
+            issuer=self.issuer,
+            leeway=LEEWAY_S,
+            options={"require": ["exp", "iss", "aud"]},
+        )
+        return claims
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        try:
+            # PyJWKClient fetches with urllib: off the event loop.
+            claims = await anyio.to_thread.run_sync(self._decode, token)
+        except (jwt.PyJWTError, OSError, ValueError) as exc:
+            # The reason, never the token.
+            log.info("token_refused", reason=type(exc).__name__, detail=str(exc)[:200])
+            return None
+        subject = str(claims.get("sub") or "")
+        return AccessToken(
+            token=token,
+            client_id=str(claims.get("client_id") or claims.get("azp") or subject),
+            scopes=token_scopes(claims),
+            expires_at=int(claims["exp"]),
+            resource=self.audience,
+            subject=subject or None,
+            claims={"iss": claims["iss"]},
+        )
+
+
+def token_scopes(claims: dict[str, Any]) -> list[str]:
+    """`scope` (RFC 9068: space-separated) or `scp` (a list, as some issuers send)."""
+    scope = claims.get("scope")
+    if isinstance(scope, str):
+        return scope.split()
+    scp = claims.get("scp")
+    if isinstance(scp, list):
+        return [str(item) for item in scp]
+    return []
+
+
+def discover_jwks_url(issuer: str) -> str:
+    """The `jwks_uri` of the issuer's metadata (RFC 8414, then OpenID Connect discovery)."""
+    base = issuer.rstrip("/")
+    for well_known in ("/.well-known/oauth-authorization-server", "/.well-known/openid-configuration"):
+        try:
+            with urllib.request.urlopen(base + well_known, timeout=_FETCH_TIMEOUT_S) as response:
+                metadata = json.load(response)
+        except (OSError, ValueError):
+            continue
+        if isinstance(metadata, dict) and isinstance(metadata.get("jwks_uri"), str):
+            return str(metadata["jwks_uri"])
+    raise OSError(f"no jwks_uri in the metadata of {issuer}; set {ENV_PREFIX}OAUTH_JWKS_URL")
+
+
+def oauth_verifier(settings: CoreSettings) -> JwtTokenVerifier:
+    """The verifier for the configured issuer; a FatalError when a required setting is missing."""
+    for name, value in (("OAUTH_ISSUER", settings.oauth_issuer), ("OAUTH_AUDIENCE", settings.oauth_audience)):
+        if not value:
+            raise FatalError(
+                f"{ENV_PREFIX}AUTH=oauth but {ENV_PREFIX}{name} is not set",
+                f"set {ENV_PREFIX}OAUTH_ISSUER to the authorization server's issuer URL and "
+                f"{ENV_PREFIX}OAUTH_AUDIENCE to this server's URL (e.g. https://mcp.example.com/mcp)",
+            )
+    assert settings.oauth_issuer is not None
+    assert settings.oauth_audience is not None
+    return JwtTokenVerifier(
+        issuer=settings.oauth_issuer, audience=settings.oauth_audience, jwks_url=settings.oauth_jwks_url
+    )
