@@ -62,33 +62,25 @@ class BodyReadTimeout:
             await self.app(scope, receive, send)
             return
         body_done = False
-        timed_out = False
-        started = False
+        answered = False  # by this middleware: what the app sends afterwards is dropped
 
         async def bounded_receive() -> Message:
-            nonlocal body_done, timed_out
+            nonlocal body_done, answered
             if body_done:  # afterwards receive() waits for a disconnect: unbounded on purpose
                 return await receive()
             with anyio.move_on_after(self.read_timeout_s):
                 message = await receive()
                 body_done = message["type"] != "http.request" or not message.get("more_body", False)
                 return message
-            timed_out = body_done = True
+            body_done = answered = True
+            await _send_408(send)
             return {"type": "http.disconnect"}  # the app gives up on this request
 
-        async def watched_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
+        async def guarded_send(message: Message) -> None:
+            if not answered:
+                await send(message)
 
-        try:
-            await self.app(scope, bounded_receive, watched_send)
-        except Exception:
-            if not timed_out:  # a body cut short may make the app raise: that one is answered here
-                raise
-        if timed_out and not started:
-            await _send_408(send)
+        await self.app(scope, bounded_receive, guarded_send)
 
 
 async def _send_408(send: Send) -> None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
+from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp
 
 from .bearer import bearer_verifier
@@ -83,6 +84,7 @@ class DrainingServer(uvicorn.Server):
         while self.mcp.stats.in_flight and time.monotonic() < deadline and not self.force_exit:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         left = self.mcp.stats.in_flight
+        AppStatus.should_exit = True  # now the SSE streams may end (standing GET streams too)
         if left:
             log.warning("drain_grace_exceeded", calls_cut=left, grace_s=self.grace_s)
         # Then uvicorn closes connections (standing streams too) and cancels what is left.
@@ -137,6 +139,8 @@ async def serve_http(server: ResilientServer, host: str, port: int) -> None:
         server_header=False,
         lifespan="on",
     )
+    # sse-starlette would end every SSE stream at the signal, answers to calls in flight included.
+    AppStatus.enable_automatic_graceful_drain = False
     uv = DrainingServer(config, server, settings.shutdown_grace_s)
     holder.append(uv)
     await uv.serve()
