@@ -8,6 +8,10 @@ are broken. Run it as `<command> diagnose` or `python -m <package>.diagnose`:
     diagnose [--timeout S] -- CMD [ARG...]  any stdio server command
     diagnose [--timeout S] --http URL       a Streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp
 
+Over HTTP a token in `<PREFIX>DIAGNOSE_TOKEN` (else `<PREFIX>BEARER_TOKEN`) is sent as
+`Authorization: Bearer`; a refusal (401, 403, 421, 413) gets a hint naming the server
+setting that fixes it.
+
 Each protocol era is tried on a fresh connection (a fresh process over stdio),
 because the first request fixes a connection's era: the 2026-07-28 era
 (`server/discover`, every request carrying the `_meta` envelope), then the
@@ -80,6 +84,18 @@ _MAX_NOISE_LINES = 20
 _MAX_LINE_CHARS = 300
 _MAX_TOOL_PAGES = 50
 PACKAGE = __package__ or __name__.rpartition(".")[0]
+
+
+def _env_prefix() -> str:
+    """This project's settings prefix (project.py is stdlib only); none when this file runs alone."""
+    try:
+        from .project import ENV_PREFIX
+    except ImportError:
+        return ""
+    return ENV_PREFIX
+
+
+ENV_PREFIX = _env_prefix()
 
 
 class ServerClosed(Exception):
@@ -295,6 +311,9 @@ class HttpSession:
             headers["MCP-Protocol-Version"] = self.protocol_version
         if self.session_id is not None:
             headers["Mcp-Session-Id"] = self.session_id
+        token = os.environ.get(f"{ENV_PREFIX}DIAGNOSE_TOKEN") or os.environ.get(f"{ENV_PREFIX}BEARER_TOKEN")
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         if self.era == MODERN:
             headers["Mcp-Method"] = method
             name_key = _NAME_BEARING_METHODS.get(method)
@@ -800,15 +819,35 @@ def probe_hints(probe: EraProbe, timeout: float, *, http: bool) -> list[str]:
 
 
 def _http_hint(status: int | None, detail: str) -> str:
-    advice = {
-        401: "the endpoint wants authorization; diagnose sends no credentials",
-        403: "the server refused the request (authorization or Origin checks)",
+    return f"{_clip(detail, 120)} - {_http_advice(status, detail)}"
+
+
+def _http_advice(status: int | None, detail: str) -> str:
+    """What a refusal means, and which of the server's settings fixes it."""
+    p = ENV_PREFIX
+    if status == 401:
+        return (
+            f"the server wants a token (its {p}AUTH is bearer or oauth): set {p}DIAGNOSE_TOKEN (or "
+            f"{p}BEARER_TOKEN) in this environment to a valid token; a token that was sent was refused "
+            "(wrong, expired, or for another audience or issuer)"
+        )
+    if status == 403 and "insufficient_scope" in detail:
+        return f"the token lacks a scope the server's {p}OAUTH_REQUIRED_SCOPES asks for: get one with it"
+    if status == 403:
+        return f"the server refused the Origin header: add that origin to the server's {p}ALLOWED_ORIGINS"
+    if status == 421:
+        return (
+            "the server refused the Host header (DNS-rebinding protection): add the name clients use "
+            f"(the URL's host, with or without its port) to the server's {p}ALLOWED_HOSTS"
+        )
+    if status == 413:
+        return f"the request body is over the server's {p}MAX_REQUEST_BYTES: raise it on the server"
+    return {
         404: "nothing is served at this path: the SDK serves Streamable HTTP on /mcp unless told otherwise",
         405: "the path does not take POST: is this the MCP endpoint?",
         406: "the server did not accept `Accept: application/json, text/event-stream`",
-        421: "the server rejected the Host header (DNS-rebinding protection): use an allowed host name",
+        503: "the server is at its connection or session limit, or draining: retry, or raise the limit",
     }.get(status or 0, "see the server's log")
-    return f"{detail} - {advice}"
 
 
 def _clip(text: str, limit: int = _MAX_LINE_CHARS) -> str:
