@@ -25,10 +25,12 @@ SNAPSHOT_IGNORE = shutil.ignore_patterns(
 )
 
 
-def git(cwd: Path, *args: str) -> str:
-    """Run git in `cwd`; a failure shows git's own message."""
+def git(cwd: Path, *args: str, check: bool = True) -> str:
+    """Run git in `cwd`; a failure shows git's own message (or, unchecked, gives empty output)."""
     result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
+        if not check:
+            return ""
         raise AssertionError(f"git {' '.join(args)} failed in {cwd}:\n{result.stdout}{result.stderr}")
     return result.stdout
 
