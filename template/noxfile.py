@@ -97,7 +97,7 @@ def update(session: nox.Session) -> None:
     if problems:
         session.error(
             "copier update needs your hand; resolve each of these, then `git add` and commit:\n  "
-            + "\n  ".join(sorted(set(problems)))
+            + "\n  ".join(dict.fromkeys(problems))
         )
     session.log("Updated cleanly: review `git diff`, run `nox`, then commit.")
 

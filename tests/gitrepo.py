@@ -62,19 +62,3 @@ class TemplateRepo:
         init_and_commit(destination, "Template snapshot", force=True)
         git(destination, "tag", BASE_TAG)
         return cls(destination.resolve())
-
-    def copy(self, destination: Path) -> TemplateRepo:
-        """An independent clone of files and history, for tests that add template versions."""
-        shutil.copytree(self.path, destination, symlinks=True)
-        return TemplateRepo(destination.resolve())
-
-    def append(self, relpath: str, text: str) -> None:
-        """Append `text` to a file under template/ (the next release will carry it)."""
-        path = self.path / "template" / relpath
-        path.write_text(path.read_text(encoding="utf-8") + text, encoding="utf-8")
-
-    def release(self, tag: str) -> str:
-        """Commit the pending changes as template version `tag`."""
-        commit_all(self.path, f"Template {tag}", force=True)
-        git(self.path, "tag", tag)
-        return tag

@@ -21,7 +21,7 @@ from . import owner_edits
 from .answers import DEFAULT_ANSWERS, answers
 from .gitrepo import git, init_and_commit
 from .project_env import ProjectEnv, run
-from .releases import Release, build_release_repo, released_versions
+from .releases import Release, released_versions
 from .rendering import is_owner_owned, render, tree, update
 
 PACKAGE = DEFAULT_ANSWERS["package_name"]
@@ -76,12 +76,6 @@ def assert_same_as_fresh(updated: OwnedProject, fresh: Path) -> None:
     assert sorted(after) == sorted(expected)
     differing = [relpath for relpath in expected if after[relpath] != expected[relpath]]
     assert differing == [], f"differ from a fresh copy with the owner's edits: {differing}"
-
-
-@pytest.fixture(scope="session")
-def release_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """This repository's releases as real tags, and the work tree as HEAD."""
-    return build_release_repo(tmp_path_factory.mktemp("releases") / "template", RELEASES)
 
 
 @pytest.fixture(scope="session")
