@@ -17,35 +17,52 @@ import pytest
 from .gitrepo import REPO_ROOT, SNAPSHOT_IGNORE, commit_all, git
 
 CHANGELOG = REPO_ROOT / "CHANGELOG.md"
-# `## [0.1.0] - 2026-11-30`, then (after blank lines) "Commit: `<sha>`".
-RELEASE_ENTRY = re.compile(
-    r"^## \[(?P<version>\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}\n+Commit: `(?P<commit>[0-9a-f]{7,40})`",
-    re.MULTILINE,
-)
+# `## [0.1.0] - 2026-11-30`, or `## [Unreleased]`, and the entry's text up to the next one.
+ENTRY = re.compile(r"^## \[(?P<version>[^\]]+)\][^\n]*\n(?P<body>.*?)(?=^## \[|\Z)", re.MULTILINE | re.DOTALL)
+COMMIT_LINE = re.compile(r"^Commit: `(?P<commit>[0-9a-f]{7,40})`$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
 class Release:
     version: str
-    commit: str  # as CHANGELOG.md names it (full or abbreviated)
+    commit: str | None  # as CHANGELOG.md names it (full or abbreviated); None until the line is added
 
     @property
     def tag(self) -> str:
         return f"v{self.version}"
 
 
+def changelog_entries(changelog: Path = CHANGELOG) -> dict[str, str]:
+    """Each entry's text by its version (`Unreleased` included), newest first."""
+    return {
+        entry["version"]: entry["body"] for entry in ENTRY.finditer(changelog.read_text(encoding="utf-8"))
+    }
+
+
 def released_versions(changelog: Path = CHANGELOG) -> list[Release]:
     """Every release CHANGELOG.md lists, oldest first."""
     found = [
-        Release(entry["version"], entry["commit"])
-        for entry in RELEASE_ENTRY.finditer(changelog.read_text(encoding="utf-8"))
+        Release(version, commit[1] if (commit := COMMIT_LINE.search(body)) else None)
+        for version, body in changelog_entries(changelog).items()
+        if version != "Unreleased"
     ]
-    assert found, f"{changelog} names no release: each `## [X.Y.Z] - date` needs a 'Commit: `sha`' line"
+    assert found, f"{changelog} names no release (`## [X.Y.Z] - YYYY-MM-DD`)"
     return found[::-1]
 
 
 def release_commit(release: Release) -> str:
     """The full commit of a release in this clone's history, checked against its tag if there is one."""
+    tagged = git(
+        REPO_ROOT, "rev-parse", "--verify", "--quiet", f"{release.tag}^{{commit}}", check=False
+    ).strip()
+    if release.commit is None:
+        if not tagged:
+            pytest.fail(
+                f"CHANGELOG.md names no commit for {release.version} and this clone has no tag "
+                f"{release.tag}: add its `Commit:` line (README.md, 'Releasing the template'), or "
+                "`git fetch --tags`."
+            )
+        return tagged
     found = git(REPO_ROOT, "rev-parse", "--verify", "--quiet", f"{release.commit}^{{commit}}", check=False)
     if not found:
         pytest.fail(
@@ -54,9 +71,6 @@ def release_commit(release: Release) -> str:
             "without --depth), then run the tests again."
         )
     commit = found.strip()
-    tagged = git(
-        REPO_ROOT, "rev-parse", "--verify", "--quiet", f"{release.tag}^{{commit}}", check=False
-    ).strip()
     if tagged and tagged != commit:
         pytest.fail(f"tag {release.tag} is {tagged}, but CHANGELOG.md says {release.version} is {commit}")
     return commit
