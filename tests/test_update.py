@@ -148,7 +148,9 @@ def test_project_updated_from_a_release_passes_its_own_checks(
 
 
 @pytest.mark.parametrize(
-    "change", [{"tool_budget": 5}, {"idempotency_backend": "postgres"}], ids=["tool_budget", "backend"]
+    "change",
+    [{"tool_budget": 5}, {"strict_arguments": False}, {"idempotency_backend": "postgres"}],
+    ids=["tool_budget", "strict_arguments", "backend"],
 )
 def test_an_answer_change_on_update_equals_a_fresh_copy_with_that_answer(
     release_repo: Path,

@@ -1,7 +1,8 @@
 """`nox -s update` in a generated project: the one command an owner runs to update.
 
-A later template release changes a line the owner also changed: the session must fail and
-list the conflict, and still print that release's Upgrading notes.
+A later template release changes a line the owner also changed, and the owner switches the
+idempotency backend: the session must fail listing the conflict, and still print that
+release's Upgrading notes and what the switch does to existing keys.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .rendering import render
 NEXT = "v9.9.9"
 NOTE = "- Run `nox -s lint`: the line length is 100 now."
 BENCHMARKS_LINE = "\nBenchmarks of 9.9.9 say more.\n"
+COPIER_ARGS = ["--defaults", "--vcs-ref", NEXT, "--data", "idempotency_backend=postgres"]
 
 
 def release_next_version(template: Path) -> None:
@@ -58,18 +60,7 @@ def test_nox_update_lists_the_conflicts_and_prints_the_upgrading_notes(
     release_next_version(template)
 
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nox",
-            "--non-interactive",
-            "-s",
-            "update",
-            "--",
-            "--defaults",
-            "--vcs-ref",
-            NEXT,
-        ],
+        [sys.executable, "-m", "nox", "--non-interactive", "-s", "update", "--", *COPIER_ARGS],
         cwd=project,
         capture_output=True,
         text=True,
@@ -83,5 +74,9 @@ def test_nox_update_lists_the_conflicts_and_prints_the_upgrading_notes(
     assert "conflict marker: ruff.toml:" in output
     assert f"[{NEXT[1:]}]\n{NOTE}" in output
     assert "[Unreleased]" not in output, "notes of versions past the new one"
+    assert (
+        "idempotency_backend changed from sqlite to postgres: the keys recorded in sqlite are not moved"
+        in output
+    )
     # benchmarks/README.md is the template's: only the project's own README.md is excluded.
     assert (project / "benchmarks" / "README.md").read_text(encoding="utf-8").endswith(BENCHMARKS_LINE)
