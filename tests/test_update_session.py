@@ -25,12 +25,13 @@ COPIER_ARGS = ["--defaults", "--vcs-ref", NEXT, "--data", "idempotency_backend=p
 
 
 def release_next_version(template: Path) -> None:
-    """A release after the work tree: a new line length, a benchmarks README line, a CHANGELOG entry."""
+    """A release after the work tree: a new line length, one benchmark less, a benchmarks README line."""
     ruff_config = template / "template" / "ruff.toml.jinja"
     ruff_config.write_text(
         ruff_config.read_text(encoding="utf-8").replace("line-length = 110", "line-length = 100"),
         encoding="utf-8",
     )
+    (template / "template" / "benchmarks" / "bench_overhead.py.jinja").unlink()
     benchmarks = template / "template" / "benchmarks" / "README.md"
     benchmarks.write_text(benchmarks.read_text(encoding="utf-8") + BENCHMARKS_LINE, encoding="utf-8")
     changelog = template / "CHANGELOG.md"
@@ -78,5 +79,7 @@ def test_nox_update_lists_the_conflicts_and_prints_the_upgrading_notes(
         "idempotency_backend changed from sqlite to postgres: the keys recorded in sqlite are not moved"
         in output
     )
+    assert "no longer has these files" in output
+    assert "\n  benchmarks/bench_overhead.py" in output
     # benchmarks/README.md is the template's: only the project's own README.md is excluded.
     assert (project / "benchmarks" / "README.md").read_text(encoding="utf-8").endswith(BENCHMARKS_LINE)
