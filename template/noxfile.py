@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -14,12 +16,13 @@ nox.options.sessions = ["lint", "typecheck", "tests"]
 # The project's command (`[project.scripts]`), so this file needs no rendering.
 PROJECT = tomllib.loads(Path(__file__).with_name("pyproject.toml").read_text(encoding="utf-8"))["project"]
 COMMAND = next(iter(PROJECT["scripts"]))
+DEV_TOOLS = ("-r", "dev-tools.txt")  # the pinned ruff and mypy, the same pre-commit and CI use
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """Ruff lint and format check."""
-    session.install("ruff>=0.9")
+    session.install(*DEV_TOOLS)
     session.run("ruff", "check", ".", *session.posargs)
     session.run("ruff", "format", "--check", ".")
 
@@ -27,7 +30,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over src, tests and this file."""
-    session.install("-e", ".[dev]")
+    session.install("-e", ".[dev]", *DEV_TOOLS)
     session.run("mypy", "--strict", *session.posargs)
 
 
@@ -68,3 +71,84 @@ def soak(session: nox.Session) -> None:
     """Side-effecting calls while the server is killed at random; fails on duplicated or lost effects."""
     session.install("-e", ".[dev]")
     session.run("python", "benchmarks/soak.py", *session.posargs)
+
+
+@nox.session(default=False)
+def update(session: nox.Session) -> None:
+    """`copier update` (arguments go to copier; default --defaults), then list what needs your hand."""
+    session.install("copier>=9.19,<10")
+    before = answers()
+    session.run("copier", "update", *(session.posargs or ["--defaults"]))
+    after = answers()
+    notes = upgrading_notes(
+        Path("TEMPLATE_CHANGELOG.md"), before.get("_commit", ""), after.get("_commit", "")
+    )
+    if notes:
+        session.log("What to do by hand, from TEMPLATE_CHANGELOG.md:\n" + notes)
+    old_backend, new_backend = before.get("idempotency_backend"), after.get("idempotency_backend")
+    if old_backend != new_backend:
+        session.warn(
+            f"idempotency_backend changed from {old_backend} to {new_backend}: the keys recorded in "
+            f"{old_backend} are not moved, so a retry of an old key runs the tool again. Before you "
+            f"deploy, settle the keys in doubt with the old build (`{COMMAND} keys list --in-doubt`)."
+        )
+    deleted = git("diff", "--name-only", "--diff-filter=D", "HEAD")
+    if deleted:
+        session.log(
+            "The new template version no longer has these files (check you kept nothing of "
+            "yours in them: `git show HEAD:<path>`):\n  " + "\n  ".join(deleted)
+        )
+    problems = [f"unmerged: {path}" for path in git("diff", "--name-only", "--diff-filter=U")]
+    problems += [f"conflict marker: {line}" for line in git("grep", "-n", "-I", "--untracked", "-E", MARKERS)]
+    problems += [f"rejected part: {path}" for path in git("ls-files", "--others", "--", "*.rej")]
+    if problems:
+        session.error(
+            "copier update needs your hand; resolve each of these, then `git add` and commit:\n  "
+            + "\n  ".join(dict.fromkeys(problems))
+        )
+    session.log("Updated cleanly: review `git diff`, run `nox`, then commit.")
+
+
+# The lines git merge and copier update write around a conflict.
+MARKERS = r"^(<<<<<<<|>>>>>>>)( |$)"
+
+
+def git(*args: str) -> list[str]:
+    """Lines of a git command's output (`git grep` finding nothing is not an error)."""
+    result = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
+    if result.returncode not in (0, 1):
+        raise RuntimeError(f"git {' '.join(args)} failed: {result.stderr.strip()}")
+    return [line for line in result.stdout.splitlines() if line]
+
+
+def answers() -> dict[str, str]:
+    """The top-level answers in .copier-answers.yml (plain `key: value` lines)."""
+    text = Path(".copier-answers.yml").read_text(encoding="utf-8")
+    return dict(re.findall(r"^(\w+): ['\"]?(.*?)['\"]?$", text, flags=re.MULTILINE))
+
+
+def template_version(commit: str) -> tuple[tuple[int, ...], bool]:
+    """A template `_commit` as (release, past it): `v0.2.0` is ((0, 2, 0), False), `v0.2.0-3-gabc` True."""
+    found = re.match(r"v?(\d+(?:\.\d+)*)(-\d+-g[0-9a-f]+)?$", commit)
+    if found is None:
+        return (), True
+    return tuple(int(part) for part in found[1].split(".")), found[2] is not None
+
+
+def upgrading_notes(changelog: Path, old: str, new: str) -> str:
+    """The "Upgrading" parts of the versions after `old` up to `new` (Unreleased too, past a tag)."""
+    if not changelog.exists():
+        return ""
+    (old_release, _), (new_release, past_new) = template_version(old), template_version(new)
+    notes = []
+    for heading, body in re.findall(
+        r"^## \[([^\]]+)\][^\n]*\n(.*?)(?=^## \[|\Z)",
+        changelog.read_text(encoding="utf-8"),
+        flags=re.MULTILINE | re.DOTALL,
+    ):
+        release = template_version(heading)[0] if heading != "Unreleased" else None
+        wanted = past_new if release is None else old_release < release <= new_release
+        upgrading = re.search(r"^### Upgrading\n(.*?)(?=^##|\Z)", body, flags=re.MULTILINE | re.DOTALL)
+        if wanted and upgrading:
+            notes.append(f"[{heading}]\n{upgrading[1].strip()}")
+    return "\n\n".join(notes)

@@ -12,6 +12,7 @@ import pytest
 from .answers import MATRIX, answers
 from .gitrepo import BASE_TAG, TemplateRepo
 from .project_env import ProjectEnv
+from .releases import build_release_repo, released_versions
 from .rendering import render
 
 
@@ -46,10 +47,10 @@ def template_repo(tmp_path_factory: pytest.TempPathFactory) -> TemplateRepo:
     return TemplateRepo.snapshot(tmp_path_factory.mktemp("snapshot") / "template")
 
 
-@pytest.fixture
-def own_template_repo(template_repo: TemplateRepo, tmp_path: Path) -> TemplateRepo:
-    """A private copy of the snapshot, for a test that releases new template versions."""
-    return template_repo.copy(tmp_path / "template")
+@pytest.fixture(scope="session")
+def release_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every release in CHANGELOG.md as a real tag `vX.Y.Z`, and the work tree as HEAD; read-only."""
+    return build_release_repo(tmp_path_factory.mktemp("releases") / "template", released_versions())
 
 
 @pytest.fixture(scope="session")

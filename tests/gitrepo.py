@@ -25,10 +25,12 @@ SNAPSHOT_IGNORE = shutil.ignore_patterns(
 )
 
 
-def git(cwd: Path, *args: str) -> str:
-    """Run git in `cwd`; a failure shows git's own message."""
+def git(cwd: Path, *args: str, check: bool = True) -> str:
+    """Run git in `cwd`; a failure shows git's own message (or, unchecked, gives empty output)."""
     result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
+        if not check:
+            return ""
         raise AssertionError(f"git {' '.join(args)} failed in {cwd}:\n{result.stdout}{result.stderr}")
     return result.stdout
 
@@ -60,19 +62,3 @@ class TemplateRepo:
         init_and_commit(destination, "Template snapshot", force=True)
         git(destination, "tag", BASE_TAG)
         return cls(destination.resolve())
-
-    def copy(self, destination: Path) -> TemplateRepo:
-        """An independent clone of files and history, for tests that add template versions."""
-        shutil.copytree(self.path, destination, symlinks=True)
-        return TemplateRepo(destination.resolve())
-
-    def append(self, relpath: str, text: str) -> None:
-        """Append `text` to a file under template/ (the next release will carry it)."""
-        path = self.path / "template" / relpath
-        path.write_text(path.read_text(encoding="utf-8") + text, encoding="utf-8")
-
-    def release(self, tag: str) -> str:
-        """Commit the pending changes as template version `tag`."""
-        commit_all(self.path, f"Template {tag}", force=True)
-        git(self.path, "tag", tag)
-        return tag

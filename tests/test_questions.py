@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +145,13 @@ def test_invalid_slug_derived_from_the_project_name_is_rejected(
         )
 
     assert not destination.exists()
+
+
+def test_first_copy_reads_no_earlier_answers(template_repo: TemplateRepo, tmp_path: Path) -> None:
+    """The rename validators look at .copier-answers.yml only where one exists: no warning on a first copy."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # copier warns when it reads a missing answers file
+        render(template_repo.path, tmp_path / "new-server", answers(), BASE_TAG)
+        copier.run_copy(
+            str(template_repo.path), tmp_path / "asked", defaults=True, vcs_ref=BASE_TAG, quiet=True
+        )

@@ -1,63 +1,32 @@
-"""`copier update`: template changes arrive, the owner's files stay as the owner left them.
+"""`copier update` from every released version, with an owner's edits, to the work tree.
 
-The bar: an updated project equals a fresh copy of the new template version, except
-for the owner-owned files, which are byte for byte what the owner committed.
+The bar: nothing to merge by hand, the owner's files byte for byte as the owner left them,
+and the rest equal to a fresh copy of the new version with the same owner edits. The same
+holds for an answer change, and `copier recopy` keeps the owner's files too.
 """
 
 from __future__ import annotations
 
+import shutil
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import copier
 import pytest
 
+from . import owner_edits
 from .answers import DEFAULT_ANSWERS, answers
-from .gitrepo import BASE_TAG, TemplateRepo, git, init_and_commit
-from .project_env import ProjectEnv
+from .gitrepo import git, init_and_commit
+from .project_env import ProjectEnv, run
+from .releases import Release, released_versions
 from .rendering import is_owner_owned, render, tree, update
 
 PACKAGE = DEFAULT_ANSWERS["package_name"]
-NEW_TAG = "0.2.0"
-
-CORE_CHANGE = "# Template 0.2.0: a line every updated core module must show.\n"
-NOXFILE_CHANGE = "# Template 0.2.0: a line every updated noxfile must show.\n"
-# The template also changes files the owner owns: updates must still leave those alone.
-# (folder under template/, a fragment of the source file's name, line appended)
-OWNER_OWNED_CHANGES = [
-    ("", "README.md", "\nTemplate 0.2.0 README line.\n"),
-    ("src/{{package_name}}", "settings.py", "# Template 0.2.0 settings line.\n"),
-    ("src/{{package_name}}/tools", "example.py", "# Template 0.2.0 example line.\n"),
-]
-
-OWNER_TOOL = '''"""The owner's own tool, added after `copier copy`."""
-
-from __future__ import annotations
-
-from typing import Annotated
-
-from pydantic import Field
-
-from ..core import tool
-
-
-@tool(read_only=True)
-def greet(name: Annotated[str, Field(description="Who to greet")]) -> str:
-    """Say hello to someone by name."""
-    return f"Hello, {name}!"
-'''
-OWNER_TOOL_TEST = f'''"""The owner's test of the owner's tool."""
-
-from {PACKAGE}.tools.greetings import greet
-
-
-def test_greet_names_the_person() -> None:
-    assert greet("Ada") == "Hello, Ada!"
-'''
-EXAMPLE_FILES = [f"src/{PACKAGE}/tools/example.py", "tests/tools/test_example.py"]
-OWNER_FILES = {
-    f"src/{PACKAGE}/tools/greetings.py": OWNER_TOOL,
-    "tests/tools/test_greetings.py": OWNER_TOOL_TEST,
-}
+RELEASES = released_versions()
+NEWEST = "HEAD"  # the work tree, committed on top of the releases
 
 
 @dataclass(frozen=True)
@@ -66,140 +35,194 @@ class OwnedProject:
     owner_bytes: dict[str, bytes]  # every owner-owned file as committed before the update
 
 
-def copy_and_make_it_mine(template: TemplateRepo, destination: Path, *, delete_example: bool) -> OwnedProject:
-    """Copy the base version, then do what an owner does: add a tool, edit owned files, commit."""
-    project = render(template.path, destination, answers(), BASE_TAG)
-    init_and_commit(project, "Project from template 0.1.0")
-    for relpath, text in OWNER_FILES.items():
-        (project / relpath).parent.mkdir(parents=True, exist_ok=True)
-        (project / relpath).write_text(text, encoding="utf-8")
-    with (project / "README.md").open("a", encoding="utf-8") as readme:
-        readme.write("\n## Owner's notes\n\nThis server greets people.\n")
-    with (project / "src" / PACKAGE / "settings.py").open("a", encoding="utf-8") as settings:
-        settings.write("# Owner: greeting settings will go here.\n")
-    if delete_example:
-        for relpath in EXAMPLE_FILES:
-            (project / relpath).unlink(missing_ok=True)
-    init_and_commit(project, "Owner's tool and notes")
-    owned = {relpath: data for relpath, data in tree(project).items() if is_owner_owned(relpath, PACKAGE)}
-    return OwnedProject(project, owned)
+def owner_files(root: Path) -> dict[str, bytes]:
+    return {relpath: data for relpath, data in tree(root).items() if is_owner_owned(relpath, PACKAGE)}
 
 
-def release_new_version(template: TemplateRepo) -> str:
-    template.append("src/{{package_name}}/core/errors.py", CORE_CHANGE)
-    template.append("noxfile.py", NOXFILE_CHANGE)
-    for folder, name, text in OWNER_OWNED_CHANGES:
-        # Source names may carry Jinja (`{% if ... %}example.py{% endif %}`): find the file.
-        (source,) = [path for path in (template.path / "template" / folder).iterdir() if name in path.name]
-        template.append(f"{folder}/{source.name}".lstrip("/"), text)
-    return template.release(NEW_TAG)
+def template_files(root: Path) -> dict[str, bytes]:
+    return {relpath: data for relpath, data in tree(root).items() if not is_owner_owned(relpath, PACKAGE)}
+
+
+def owned_copy(template: Path, destination: Path, vcs_ref: str, **changes: Any) -> OwnedProject:
+    """`copier copy` of a version, then the owner's edits, committed as an owner would."""
+    project = render(template, destination, answers(**changes), vcs_ref)
+    init_and_commit(project, f"Project from template {vcs_ref}")
+    owner_edits.make_it_mine(project)
+    init_and_commit(project, "Owner's tools, tests, settings, README and tool settings")
+    return OwnedProject(project, owner_files(project))
+
+
+def fresh_copy_with_owner_edits(template: Path, destination: Path, **changes: Any) -> Path:
+    project = render(template, destination, answers(**changes), NEWEST)
+    owner_edits.make_it_mine(project)
+    return project
 
 
 def assert_merged_cleanly(project: Path) -> None:
-    assert git(project, "diff", "--name-only", "--diff-filter=U") == "", "unmerged paths after update"
-    assert sorted(project.rglob("*.rej")) == []
+    unmerged = git(project, "diff", "--name-only", "--diff-filter=U")
+    rejected = [str(path.relative_to(project)) for path in project.rglob("*.rej")]
     with_markers = [
         relpath
         for relpath, data in tree(project).items()
         if b"\n<<<<<<< " in data or data.startswith(b"<<<<<<< ")
     ]
-    assert with_markers == [], f"conflict markers in {with_markers}"
+    assert (unmerged, rejected, with_markers) == ("", [], []), "copier left work to do by hand"
 
 
-@pytest.fixture
-def updated(own_template_repo: TemplateRepo, tmp_path: Path) -> OwnedProject:
-    """An owner's project, updated from 0.1.0 to 0.2.0."""
-    owned = copy_and_make_it_mine(own_template_repo, tmp_path / "project", delete_example=False)
-    update(owned.path, release_new_version(own_template_repo))
-    return owned
+def assert_same_as_fresh(updated: OwnedProject, fresh: Path) -> None:
+    """Owner files as the owner left them; every other file as a fresh copy with the owner's edits."""
+    assert owner_files(updated.path) == updated.owner_bytes, "the update changed the owner's files"
+    after, expected = template_files(updated.path), template_files(fresh)
+    assert sorted(after) == sorted(expected)
+    differing = [relpath for relpath in expected if after[relpath] != expected[relpath]]
+    assert differing == [], f"differ from a fresh copy with the owner's edits: {differing}"
 
 
-def test_update_merges_without_conflicts(updated: OwnedProject) -> None:
-    assert_merged_cleanly(updated.path)
+@pytest.fixture(scope="session")
+def updated_from(release_repo: Path, open_tmp: Path) -> Callable[[Release], OwnedProject]:
+    """An owner's project made from a release, updated to HEAD (once per session; do not change it)."""
+    cache: dict[str, OwnedProject] = {}
+
+    def get(release: Release) -> OwnedProject:
+        if release.version not in cache:
+            owned = owned_copy(release_repo, open_tmp / f"updated-from-{release.version}", release.tag)
+            update(owned.path, NEWEST)
+            cache[release.version] = owned
+        return cache[release.version]
+
+    return get
 
 
-def test_update_brings_the_template_change(updated: OwnedProject) -> None:
-    core = (updated.path / "src" / PACKAGE / "core" / "errors.py").read_text(encoding="utf-8")
-    noxfile = (updated.path / "noxfile.py").read_text(encoding="utf-8")
-
-    assert core.endswith(CORE_CHANGE)
-    assert noxfile.endswith(NOXFILE_CHANGE)
-    assert f"_commit: {NEW_TAG}\n" in (updated.path / ".copier-answers.yml").read_text(encoding="utf-8")
+def committed_copy(owned: OwnedProject, destination: Path) -> OwnedProject:
+    """A private copy of an updated project, the update committed, for a test's own next step."""
+    shutil.copytree(owned.path, destination, symlinks=True)
+    init_and_commit(destination, "Update to the newest template")
+    return OwnedProject(destination, owner_files(destination))
 
 
-def test_update_leaves_owner_files_byte_identical(updated: OwnedProject) -> None:
-    after = {
-        relpath: data for relpath, data in tree(updated.path).items() if is_owner_owned(relpath, PACKAGE)
-    }
-
-    assert sorted(after) == sorted(updated.owner_bytes)
-    changed = [relpath for relpath in after if after[relpath] != updated.owner_bytes[relpath]]
-    assert changed == [], f"update changed owner-owned files: {changed}"
-
-
-def test_updated_project_equals_a_fresh_copy_apart_from_owner_files(
-    own_template_repo: TemplateRepo, updated: OwnedProject, tmp_path: Path
+@pytest.mark.parametrize("release", RELEASES, ids=[release.tag for release in RELEASES])
+def test_update_from_a_release_leaves_nothing_to_merge_by_hand(
+    updated_from: Callable[[Release], OwnedProject], release: Release
 ) -> None:
-    fresh = render(own_template_repo.path, tmp_path / "fresh", answers(), NEW_TAG)
-
-    def template_side(root: Path) -> dict[str, bytes]:
-        return {relpath: data for relpath, data in tree(root).items() if not is_owner_owned(relpath, PACKAGE)}
-
-    updated_files, fresh_files = template_side(updated.path), template_side(fresh)
-    assert sorted(updated_files) == sorted(fresh_files)
-    differing = [relpath for relpath in fresh_files if updated_files[relpath] != fresh_files[relpath]]
-    assert differing == [], f"updated project differs from a fresh copy in {differing}"
+    assert_merged_cleanly(updated_from(release).path)
 
 
-def test_update_does_not_bring_back_a_deleted_example_tool(
-    own_template_repo: TemplateRepo, tmp_path: Path
+@pytest.mark.parametrize("release", RELEASES, ids=[release.tag for release in RELEASES])
+def test_update_from_a_release_equals_a_fresh_copy_with_the_owner_edits(
+    release_repo: Path, updated_from: Callable[[Release], OwnedProject], tmp_path: Path, release: Release
 ) -> None:
-    owned = copy_and_make_it_mine(own_template_repo, tmp_path / "project", delete_example=True)
+    updated = updated_from(release)
 
-    update(owned.path, release_new_version(own_template_repo))
-
-    assert_merged_cleanly(owned.path)
-    assert [relpath for relpath in EXAMPLE_FILES if (owned.path / relpath).exists()] == []
+    assert_same_as_fresh(updated, fresh_copy_with_owner_edits(release_repo, tmp_path / "fresh"))
+    assert [relpath for relpath in owner_edits.DELETED_EXAMPLE if (updated.path / relpath).exists()] == []
 
 
-def test_update_to_the_same_version_changes_nothing(own_template_repo: TemplateRepo, tmp_path: Path) -> None:
-    owned = copy_and_make_it_mine(own_template_repo, tmp_path / "project", delete_example=False)
+@pytest.mark.parametrize("release", RELEASES, ids=[release.tag for release in RELEASES])
+def test_owner_rule_checks_only_the_owner_code_after_an_update(
+    updated_from: Callable[[Release], OwnedProject], release: Release
+) -> None:
+    """The owner added ruff's N set: template names such as `ServerClosed` (N818) are not theirs."""
+    project = updated_from(release).path
 
-    update(owned.path, BASE_TAG)
-
-    assert git(owned.path, "status", "--porcelain") == ""
+    run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], project)
+    run([sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "."], project)
 
 
 @pytest.mark.generated
-def test_updated_project_passes_its_own_tests(updated: OwnedProject, open_tmp: Path) -> None:
-    env = ProjectEnv.create(updated.path, open_tmp / "venv-updated", DEFAULT_ANSWERS["python_version"])
+@pytest.mark.parametrize("release", RELEASES, ids=[release.tag for release in RELEASES])
+def test_project_updated_from_a_release_passes_its_own_checks(
+    updated_from: Callable[[Release], OwnedProject], open_tmp: Path, release: Release
+) -> None:
+    updated = updated_from(release)
+    env = ProjectEnv.create(
+        updated.path, open_tmp / f"venv-updated-from-{release.version}", DEFAULT_ANSWERS["python_version"]
+    )
 
+    env.run("mypy", "--strict")  # with the owner's override for their untyped helper
     output = env.run(
         "python", "-m", "pytest", "-v", "-p", "no:cacheprovider", "-o", "faulthandler_timeout=120"
     )
 
-    assert "tests/tools/test_greetings.py::test_greet_names_the_person PASSED" in output
+    missing = [line for line in owner_edits.OWNER_TESTS if line not in output]
+    assert missing == [], f"the owner's tests did not pass: {missing}"
 
 
-def test_owner_edit_to_a_template_owned_file_is_merged_with_the_template_change(
-    own_template_repo: TemplateRepo, tmp_path: Path
+@pytest.mark.parametrize(
+    "change",
+    [{"tool_budget": 5}, {"strict_arguments": False}, {"idempotency_backend": "postgres"}],
+    ids=["tool_budget", "strict_arguments", "backend"],
+)
+def test_an_answer_change_on_update_equals_a_fresh_copy_with_that_answer(
+    release_repo: Path,
+    updated_from: Callable[[Release], OwnedProject],
+    tmp_path: Path,
+    change: dict[str, Any],
 ) -> None:
-    project = render(own_template_repo.path, tmp_path / "project", answers(), BASE_TAG)
-    init_and_commit(project, "Project from template 0.1.0")
-    pyproject = project / "pyproject.toml"
-    owner_dependency = '    "httpx>=0.28",  # the owner\'s own dependency\n'
-    pyproject.write_text(
-        pyproject.read_text(encoding="utf-8").replace(
-            "dependencies = [\n", "dependencies = [\n" + owner_dependency
-        ),
-        encoding="utf-8",
+    owned = committed_copy(updated_from(RELEASES[-1]), tmp_path / "project")
+
+    copier.run_update(
+        owned.path, data=change, overwrite=True, defaults=True, vcs_ref=NEWEST, unsafe=False, quiet=True
     )
-    init_and_commit(project, "Owner adds a dependency")
-    own_template_repo.append("pyproject.toml.jinja", "# Template 0.2.0 pyproject line.\n")
 
-    update(project, own_template_repo.release(NEW_TAG))
+    assert_merged_cleanly(owned.path)
+    assert_same_as_fresh(owned, fresh_copy_with_owner_edits(release_repo, tmp_path / "fresh", **change))
 
-    assert_merged_cleanly(project)
-    merged = pyproject.read_text(encoding="utf-8")
-    assert owner_dependency in merged
-    assert merged.endswith("# Template 0.2.0 pyproject line.\n")
+
+def test_recopy_keeps_the_owner_files_and_the_deleted_example(
+    release_repo: Path, updated_from: Callable[[Release], OwnedProject], tmp_path: Path
+) -> None:
+    owned = committed_copy(updated_from(RELEASES[-1]), tmp_path / "project")
+
+    copier.run_recopy(owned.path, overwrite=True, defaults=True, vcs_ref=NEWEST, unsafe=False, quiet=True)
+
+    assert_merged_cleanly(owned.path)
+    assert owner_files(owned.path) == owned.owner_bytes
+    # A recopy is a fresh start for the template's files: edits there (pyproject.toml's) go.
+    fresh = render(release_repo, tmp_path / "fresh", answers(), NEWEST)
+    assert template_files(owned.path) == template_files(fresh)
+
+
+def test_update_to_the_same_version_changes_nothing(
+    updated_from: Callable[[Release], OwnedProject], tmp_path: Path
+) -> None:
+    owned = committed_copy(updated_from(RELEASES[-1]), tmp_path / "project")
+
+    update(owned.path, NEWEST)
+
+    assert git(owned.path, "status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize(
+    ("question", "new"), [("package_name", "other_tools"), ("project_slug", "other-tools")]
+)
+def test_a_name_cannot_change_on_update(
+    updated_from: Callable[[Release], OwnedProject], tmp_path: Path, question: str, new: str
+) -> None:
+    owned = committed_copy(updated_from(RELEASES[-1]), tmp_path / "project")
+
+    with pytest.raises(
+        ValueError, match=f"{question} cannot change on update: it was '{DEFAULT_ANSWERS[question]}'"
+    ):
+        copier.run_update(
+            owned.path, data={question: new}, overwrite=True, defaults=True, vcs_ref=NEWEST, quiet=True
+        )
+
+    assert git(owned.path, "status", "--porcelain") == "", "a refused update must leave the project as it was"
+
+
+def test_a_name_cannot_change_on_recopy(
+    updated_from: Callable[[Release], OwnedProject], tmp_path: Path
+) -> None:
+    owned = committed_copy(updated_from(RELEASES[-1]), tmp_path / "project")
+
+    with pytest.raises(ValueError, match="package_name cannot change on update: it was 'example_tools'"):
+        copier.run_recopy(
+            owned.path,
+            data={"package_name": "other_tools"},
+            overwrite=True,
+            defaults=True,
+            vcs_ref=NEWEST,
+            quiet=True,
+        )
+
+    assert git(owned.path, "status", "--porcelain") == ""

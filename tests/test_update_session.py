@@ -1,0 +1,85 @@
+"""`nox -s update` in a generated project: the one command an owner runs to update.
+
+A later template release changes a line the owner also changed, and the owner switches the
+idempotency backend: the session must fail listing the conflict, and still print that
+release's Upgrading notes and what the switch does to existing keys.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .answers import answers
+from .gitrepo import commit_all, git, init_and_commit
+from .rendering import render
+
+NEXT = "v9.9.9"
+NOTE = "- Run `nox -s lint`: the line length is 100 now."
+BENCHMARKS_LINE = "\nBenchmarks of 9.9.9 say more.\n"
+COPIER_ARGS = ["--defaults", "--vcs-ref", NEXT, "--data", "idempotency_backend=postgres"]
+
+
+def release_next_version(template: Path) -> None:
+    """A release after the work tree: a new line length, one benchmark less, a benchmarks README line."""
+    ruff_config = template / "template" / "ruff.toml.jinja"
+    ruff_config.write_text(
+        ruff_config.read_text(encoding="utf-8").replace("line-length = 110", "line-length = 100"),
+        encoding="utf-8",
+    )
+    (template / "template" / "benchmarks" / "bench_overhead.py.jinja").unlink()
+    benchmarks = template / "template" / "benchmarks" / "README.md"
+    benchmarks.write_text(benchmarks.read_text(encoding="utf-8") + BENCHMARKS_LINE, encoding="utf-8")
+    changelog = template / "CHANGELOG.md"
+    entry = f"## [{NEXT[1:]}] - 2026-12-02\n\nCommit: `0000000`\n\n### Upgrading\n\n{NOTE}\n\n"
+    changelog.write_text(
+        changelog.read_text(encoding="utf-8").replace("## [Unreleased]", entry + "## [Unreleased]", 1),
+        encoding="utf-8",
+    )
+    commit_all(template, f"Template {NEXT}", force=True)
+    git(template, "tag", "--annotate", "--message", f"Template {NEXT}", NEXT)
+
+
+@pytest.mark.generated
+def test_nox_update_lists_the_conflicts_and_prints_the_upgrading_notes(
+    release_repo: Path, tmp_path: Path
+) -> None:
+    template = tmp_path / "template"
+    shutil.copytree(release_repo, template, symlinks=True)
+    project = render(template, tmp_path / "project", answers(), "HEAD")
+    init_and_commit(project, "Project")
+    ruff_config = project / "ruff.toml"
+    ruff_config.write_text(
+        ruff_config.read_text(encoding="utf-8").replace("line-length = 110", "line-length = 120"),
+        encoding="utf-8",
+    )
+    init_and_commit(project, "Owner prefers longer lines")
+    release_next_version(template)
+
+    result = subprocess.run(
+        [sys.executable, "-m", "nox", "--non-interactive", "-s", "update", "--", *COPIER_ARGS],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "unmerged: ruff.toml" in output
+    assert "conflict marker: ruff.toml:" in output
+    assert f"[{NEXT[1:]}]\n{NOTE}" in output
+    assert "[Unreleased]" not in output, "notes of versions past the new one"
+    assert (
+        "idempotency_backend changed from sqlite to postgres: the keys recorded in sqlite are not moved"
+        in output
+    )
+    assert "no longer has these files" in output
+    assert "\n  benchmarks/bench_overhead.py" in output
+    # benchmarks/README.md is the template's: only the project's own README.md is excluded.
+    assert (project / "benchmarks" / "README.md").read_text(encoding="utf-8").endswith(BENCHMARKS_LINE)
