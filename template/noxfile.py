@@ -67,6 +67,13 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def conformance(session: nox.Session) -> None:
+    """The MCP conformance suite over HTTP (npm installs it and Node 22 once); see conformance/."""
+    session.install("-e", ".")
+    session.run("python", "conformance/run.py", *session.posargs)
+
+
+@nox.session(default=False)
 def soak(session: nox.Session) -> None:
     """Side-effecting calls while the server is killed at random; fails on duplicated or lost effects."""
     session.install("-e", ".[dev]")
