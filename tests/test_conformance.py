@@ -1,4 +1,4 @@
-"""The MCP conformance suite (from npm, pinned in the project's conformance/run.py) against a rendered server."""
+"""The MCP conformance suite (pinned in the project's conformance/run.py) against a rendered server."""
 
 from __future__ import annotations
 
