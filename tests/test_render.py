@@ -25,9 +25,9 @@ OWN_NOX_ENTRIES = ["defaults", "proprietary-postgres"]
 DIRECT_ENTRIES = [entry for entry in ENTRIES if entry not in OWN_NOX_ENTRIES]
 # A rendered test that hangs gets its stack dumped after this long, so the report shows where.
 HANG_REPORT = ["-o", "faulthandler_timeout=120"]
-# The rendered `network` tests (HTTP on loopback, tens of seconds) depend on no answer: they run
-# once, in NETWORK_ENTRY's own nox. (HTTP replicas on PostgreSQL are not marked: every postgres entry.)
-NETWORK_ENTRY = "defaults"
+# The rendered `network` tests (HTTP on loopback, about a minute) run once, in NETWORK_ENTRY's own
+# nox: a postgres entry, so the HTTP replicas sharing PostgreSQL are among them.
+NETWORK_ENTRY = "proprietary-postgres"
 NOT_NETWORK = ["-m", "not network"]
 RenderedProject = Callable[[str], Path]
 
