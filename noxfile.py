@@ -33,14 +33,14 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The template's fast tests: questions, rendering, ruff on rendered projects, updates."""
     session.install(*TEST_DEPS)
-    session.run("pytest", "-m", "not generated", *session.posargs)
+    session.run("pytest", "-m", "not generated", "--durations=15", *session.posargs)
 
 
 @nox.session
 def generated(session: nox.Session) -> None:
     """The slow tests: rendered projects' mypy --strict, own tests and own `nox` sessions."""
     session.install(*TEST_DEPS)
-    session.run("pytest", "-m", "generated", *session.posargs)
+    session.run("pytest", "-m", "generated", "--durations=15", *session.posargs)
 
 
 @nox.session
