@@ -129,7 +129,9 @@ def test_owner_rule_checks_only_the_owner_code_after_an_update(
 
 
 @pytest.mark.generated
-@pytest.mark.parametrize("release", RELEASES, ids=[release.tag for release in RELEASES])
+# From the oldest release only: the test above proves every release updates to the same tree
+# (a fresh copy with the owner's edits), so one run of that tree's checks speaks for all.
+@pytest.mark.parametrize("release", RELEASES[:1], ids=[release.tag for release in RELEASES[:1]])
 def test_project_updated_from_a_release_passes_its_own_checks(
     updated_from: Callable[[Release], OwnedProject], open_tmp: Path, release: Release
 ) -> None:
