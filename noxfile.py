@@ -40,7 +40,8 @@ def tests(session: nox.Session) -> None:
 def generated(session: nox.Session) -> None:
     """The slow tests: rendered projects' mypy --strict, own tests and own `nox` sessions."""
     session.install(*TEST_DEPS)
-    session.run("pytest", "-m", "generated", "--durations=15", *session.posargs)
+    # Two workers: each test is a rendered project's whole suite, mostly one busy process.
+    session.run("pytest", "-m", "generated", "-n", "2", "--durations=15", *session.posargs)
 
 
 @nox.session
