@@ -101,7 +101,7 @@ def test_template_owned_python_files_say_so_in_their_first_line(
         if not (project / relpath).read_text(encoding="utf-8").startswith(TEMPLATE_OWNED_HEADER)
     ]
 
-    assert f"src/{package}/core/app.py" in template_owned
+    assert f"src/{package}/core/_app.py" in template_owned
     assert without_header == [], f"no {TEMPLATE_OWNED_HEADER!r} line first in: {', '.join(without_header)}"
 
 

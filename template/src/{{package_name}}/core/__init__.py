@@ -1,16 +1,32 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
-"""The public API for tool authors: `from <package>.core import tool, ToolInputError, ...`."""
+"""The public API: everything a tool author uses, `from <package>.core import tool, ...`.
 
-from .errors import FatalError, ServerError, TerminalError, ToolInputError, TransientError
-from .outcomes import Part, PartialResult
-from .running import cancelled
-from .tool import Reconciled, tool
+Every other module of this package is private (its name starts with `_`) and may change in
+any template release; tests/core/test_public_api.py pins the names below.
+"""
+
+# CoreSettings first: settings.py (owner-owned) imports it from here while the rest loads.
+from ._settings import CoreSettings  # isort: skip
+from ._errors import (
+    FatalError,
+    Part,
+    PartialResult,
+    ServerError,
+    TerminalError,
+    ToolInputError,
+    TransientError,
+)
+from ._running import cancelled
+from ._server import ResilientServer
+from ._tool import Reconciled, tool
 
 __all__ = [
+    "CoreSettings",
     "FatalError",
     "Part",
     "PartialResult",
     "Reconciled",
+    "ResilientServer",
     "ServerError",
     "TerminalError",
     "ToolInputError",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..project import SLUG
+from .._project import SLUG
 from . import BODY_NOT_STARTED, BODY_RUNNING, MAX_RETRY_AFTER_S, Claim, HealthStatus, KeyState
 from .instances import HeartbeatThread, Instance, OwnerRow, owner_gone_reason
 

@@ -23,18 +23,18 @@ from mcp.server.auth.settings import AuthSettings
 from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp
 
-from .bearer import bearer_verifier
-from .errors import FatalError
-from .http_exposure import check_exposure, is_loopback, transport_security
-from .http_limits import BodyReadTimeout, bounded_h11
-from .logs import get_logger
-from .oauth import oauth_verifier
-from .probes import add_probes
-from .settings import CoreSettings
-from .startup import exit_fatal
+from ._bearer import bearer_verifier
+from ._errors import FatalError
+from ._http_exposure import check_exposure, is_loopback, transport_security
+from ._http_limits import BodyReadTimeout, bounded_h11
+from ._logs import get_logger
+from ._oauth import oauth_verifier
+from ._probes import add_probes
+from ._settings import CoreSettings
+from ._startup import exit_fatal
 
 if TYPE_CHECKING:
-    from .server import ResilientServer
+    from ._server import ResilientServer
 
 log = get_logger(__name__)
 MCP_PATH = "/mcp"

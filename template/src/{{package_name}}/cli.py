@@ -1,5 +1,5 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
-"""The `{{ project_slug }}` command: serve (stdio or HTTP) and check; other commands are delegated.
+"""The `<slug>` command: serve (stdio or HTTP) and check; other commands are delegated.
 
 Only `serve`, `check`, `budget` and `keys` load the SDK: `--help`, `--version`,
 `client-config` and `diagnose` answer without it, and still work when it is broken.
@@ -12,20 +12,20 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from .project import DESCRIPTION, installed_version
+from .project import DESCRIPTION, SLUG, installed_version
 
 # Commands whose module parses its own arguments (`<command> --help`): name -> (module, summary).
 DELEGATED = {
     "diagnose": (".diagnose", "handshake diagnostics of this (or any) server; one JSON report"),
-    "budget": (".core.budget", "the tools/list budget table; non-zero when over budget"),
-    "keys": (".core.keys", "list idempotency keys and settle the ones in doubt"),
+    "budget": (".core._budget", "the tools/list budget table; non-zero when over budget"),
+    "keys": (".core._keys", "list idempotency keys and settle the ones in doubt"),
     "client-config": (".client_config", "the entry that starts this server in an MCP client"),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="{{ project_slug }}",
+        prog=SLUG,
         description=DESCRIPTION,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
@@ -61,14 +61,14 @@ def run_delegated(command: str, argv: list[str]) -> int:
 
 
 def serve(transport: str, host: str, port: int) -> int:
-    from .core.stdio_guard import claim_stdio
+    from .core._stdio_guard import claim_stdio
 
     # First, before any import of the owner's code can print: stdout is the wire.
     pipes = claim_stdio() if transport == "stdio" else None
 
     import anyio
 
-    from .core.app import build_from_environment
+    from .core._app import build_from_environment
 
     server = build_from_environment()
     if pipes is not None:
@@ -81,7 +81,7 @@ def serve(transport: str, host: str, port: int) -> int:
 def check() -> int:
     import anyio
 
-    from .core.app import build_from_environment
+    from .core._app import build_from_environment
 
     server = build_from_environment()
     anyio.run(server.check_dependencies)

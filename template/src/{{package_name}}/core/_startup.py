@@ -11,10 +11,10 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
-from .errors import FatalError
-from .project import ENV_PREFIX, IDEMPOTENCY_BACKEND
-from .redaction import is_secret_name
-from .settings import CoreSettings
+from ._errors import FatalError
+from ._project import ENV_PREFIX, IDEMPOTENCY_BACKEND
+from ._redaction import is_secret_name
+from ._settings import CoreSettings
 
 EXIT_FATAL_AT_STARTUP = 78  # EX_CONFIG from sysexits.h
 EXIT_FATAL_WHILE_SERVING = 70  # EX_SOFTWARE

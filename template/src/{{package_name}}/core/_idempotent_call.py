@@ -18,13 +18,14 @@ from typing import Any
 import anyio
 from mcp.types import CallToolResult
 
-from .idempotency import Claim, IdempotencyStore, StoreUnavailableError
-from .logs import get_logger
-from .outcomes import Category
-from .project import SLUG
-from .resilience import Attempts, Failure, classify
-from .running import Body, reset_body, set_body
-from .tool import Reconcile, Reconciled
+from ._errors import StoreUnavailableError
+from ._idempotency import Claim, IdempotencyStore
+from ._logs import get_logger
+from ._outcomes import Category
+from ._project import SLUG
+from ._resilience import Attempts, Failure, classify
+from ._running import Body, reset_body, set_body
+from ._tool import Reconcile, Reconciled
 
 log = get_logger(__name__)
 

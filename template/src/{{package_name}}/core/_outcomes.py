@@ -9,12 +9,12 @@ can help, and the correlation id that finds the call in the server's log.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from mcp.types import CallToolResult, TextContent
 
-from .redaction import redact_text
+from ._errors import Part
+from ._redaction import redact_text
 
 Category = Literal[
     "unknown_tool",
@@ -71,30 +71,6 @@ def failure(
         is_error=True,
         _meta={"error": error},
     )
-
-
-@dataclass(frozen=True)
-class Part:
-    """One part of a multi-part operation: what it was called, and how it went."""
-
-    name: str
-    ok: bool
-    result: Any = None
-    error: str = ""
-    retryable: bool = False
-
-
-class PartialResult(Exception):
-    """Raise from a tool to return what worked and what did not, as one isError result.
-
-    Example: `raise PartialResult([Part("a.txt", True, 120), Part("b.txt", False, error="not found")])`.
-    Raising (rather than returning) keeps the tool's declared return type honest.
-    """
-
-    def __init__(self, parts: Sequence[Part]) -> None:
-        failed = [p for p in parts if not p.ok]
-        super().__init__(f"{len(failed)} of {len(parts)} parts failed")
-        self.parts = list(parts)
 
 
 def partial_failure(parts: Sequence[Part], correlation_id: str) -> CallToolResult:

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from .discovery import discover_tools
-from .errors import FatalError
-from .health import CallStats, CheckResult, make_health_tool
-from .idempotency import create_store
-from .idempotent_call import StoreHandle
-from .logs import configure_logging, get_logger
-from .project import DISPLAY_NAME, ENV_PREFIX, SLUG, STRICT_ARGUMENTS, installed_version
-from .running import MAX_ABANDONED_THREADS, abandoned_threads
-from .server import ResilientServer
-from .settings import CoreSettings
-from .startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
+from ._discovery import discover_tools
+from ._errors import FatalError
+from ._health import CallStats, CheckResult, make_health_tool
+from ._idempotency import create_store
+from ._idempotent_call import StoreHandle
+from ._logs import configure_logging, get_logger
+from ._project import DISPLAY_NAME, ENV_PREFIX, SLUG, STRICT_ARGUMENTS, installed_version
+from ._running import MAX_ABANDONED_THREADS, abandoned_threads
+from ._server import ResilientServer
+from ._settings import CoreSettings
+from ._startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
 
 log = get_logger(__name__)
 

@@ -17,10 +17,10 @@ import anyio
 import jwt
 from mcp.server.auth.provider import AccessToken
 
-from .errors import FatalError
-from .logs import get_logger
-from .project import ENV_PREFIX
-from .settings import CoreSettings
+from ._errors import FatalError
+from ._logs import get_logger
+from ._project import ENV_PREFIX
+from ._settings import CoreSettings
 
 log = get_logger(__name__)
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]

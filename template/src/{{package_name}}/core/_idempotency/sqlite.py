@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 import anyio
 import structlog
 
-from ..errors import FatalError
-from ..project import ENV_PREFIX
+from .._errors import ClaimLostError, FatalError, StoreUnavailableError
+from .._project import ENV_PREFIX
 from . import (
     BODY_ENDED,
     BODY_NOT_STARTED,
@@ -28,12 +28,10 @@ from . import (
     DEFAULT_TTL_S,
     HEARTBEAT_S,
     Claim,
-    ClaimLostError,
     HealthStatus,
     IdempotencyStore,
     KeyRecord,
     Outcome,
-    StoreUnavailableError,
     settled_result,
 )
 from .instances import HeartbeatThread, Instance, OwnerRow, owner_gone_reason, same_boot

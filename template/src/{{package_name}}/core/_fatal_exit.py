@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 
-from .startup import EXIT_FATAL_WHILE_SERVING
+from ._startup import EXIT_FATAL_WHILE_SERVING
 
 _GRACE_S = 5.0
 

@@ -14,11 +14,11 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult
 from pydantic import ValidationError
 
-from .errors import FatalError, TerminalError, ToolInputError, TransientError
-from .outcomes import Category, PartialResult, failure, partial_failure
-from .project import SLUG
-from .redaction import strip_paths
-from .validation import describe_validation_error
+from ._errors import FatalError, PartialResult, TerminalError, ToolInputError, TransientError
+from ._outcomes import Category, failure, partial_failure
+from ._project import SLUG
+from ._redaction import strip_paths
+from ._validation import describe_validation_error
 
 _BACKOFF_BASE_S = 0.1
 _BACKOFF_CAP_S = 2.0

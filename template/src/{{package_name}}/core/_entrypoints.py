@@ -21,10 +21,10 @@ from typing import Annotated, Any
 import anyio
 from pydantic import Field
 
-from .errors import FatalError, TransientError
-from .idempotency import KEY_ARGUMENT
-from .running import MAX_ABANDONED_THREADS, Body, abandoned_threads, current_body, reset_body, set_body
-from .tool import ToolSpec
+from ._errors import FatalError, TransientError
+from ._idempotency import KEY_ARGUMENT
+from ._running import MAX_ABANDONED_THREADS, Body, abandoned_threads, current_body, reset_body, set_body
+from ._tool import ToolSpec
 
 KEY_DESCRIPTION = (
     "Idempotency key of this operation, 1-255 printable characters. Reuse the SAME key for every "

@@ -17,10 +17,10 @@ from typing import cast
 
 import anyio
 
-from .errors import FatalError
-from .idempotency import IdempotencyStore, KeyRecord, Outcome, create_store
-from .project import SLUG
-from .startup import exit_fatal, load_settings
+from ._errors import FatalError
+from ._idempotency import IdempotencyStore, KeyRecord, Outcome, create_store
+from ._project import SLUG
+from ._startup import exit_fatal, load_settings
 
 FINGERPRINT_CHARS = 12
 EXIT_NOT_SETTLED = 1

@@ -14,6 +14,8 @@ from ..project import (
     PACKAGE,
     SLUG,
     STRICT_ARGUMENTS,
+    TOOL_BUDGET,
+    TOOL_LIST_BYTES_BUDGET,
     installed_version,
 )
 
@@ -25,5 +27,7 @@ __all__ = [
     "PACKAGE",
     "SLUG",
     "STRICT_ARGUMENTS",
+    "TOOL_BUDGET",
+    "TOOL_LIST_BYTES_BUDGET",
     "installed_version",
 ]

@@ -14,7 +14,7 @@ from typing import Any, TextIO, cast
 
 import structlog
 
-from .redaction import REDACTED, is_secret_name, redact_text
+from ._redaction import REDACTED, is_secret_name, redact_text
 
 __all__ = ["REDACTED", "configure_logging", "get_logger", "redact_secrets"]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from mcp.server.auth.provider import AccessToken
 
-from .errors import FatalError
-from .project import ENV_PREFIX
-from .settings import CoreSettings
+from ._errors import FatalError
+from ._project import ENV_PREFIX
+from ._settings import CoreSettings
 
 MIN_TOKEN_CHARS = 32
 

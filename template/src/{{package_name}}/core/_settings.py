@@ -1,5 +1,5 @@
 # Template-owned: `copier update` replaces this file; add your settings in settings.py.
-"""The settings every server has, read from `{{ env_prefix }}*` variables and `.env`."""
+"""The settings every server has, read from `<PREFIX>*` variables (`project.ENV_PREFIX`) and `.env`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from platformdirs import user_state_path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from .project import ENV_PREFIX, SLUG
+from ._project import ENV_PREFIX, SLUG
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 AuthMode = Literal["none", "bearer", "oauth"]

@@ -28,13 +28,13 @@ from typing import Any, Final
 from mcp.server.mcpserver import MCPServer
 from mcp.types import Tool
 
-from .errors import FatalError
-from .project import PACKAGE, SLUG
+from ._errors import FatalError
+from ._project import PACKAGE, SLUG, TOOL_BUDGET, TOOL_LIST_BYTES_BUDGET
 
 # Chosen at `copier copy` (tool_budget); a pyproject.toml table overrides them. The byte budget allows
 # about 1 KB per tool plus 2 KB for health_check's output schema and the envelope.
-DEFAULT_MAX_TOOLS: Final = {{ tool_budget }}
-DEFAULT_MAX_LIST_BYTES: Final = {{ tool_list_bytes_budget }}
+DEFAULT_MAX_TOOLS: Final = TOOL_BUDGET
+DEFAULT_MAX_LIST_BYTES: Final = TOOL_LIST_BYTES_BUDGET
 BYTES_PER_TOKEN: Final = 4  # a rough rule for English text and JSON; tokenizers differ
 EXIT_WITHIN_BUDGET: Final = 0
 EXIT_OVER_BUDGET: Final = 1
@@ -295,8 +295,8 @@ def build_report(budget: Budget | None = None) -> BudgetReport:
     """Build this project's server from the environment's settings and measure it."""
     import anyio
 
-    from .app import create_server
-    from .startup import load_settings
+    from ._app import create_server
+    from ._startup import load_settings
 
     server = create_server(load_settings())
     return anyio.run(measure, server, budget)

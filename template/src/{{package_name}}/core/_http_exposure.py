@@ -11,9 +11,9 @@ import ipaddress
 
 from mcp.server.transport_security import TransportSecuritySettings
 
-from .errors import FatalError
-from .project import ENV_PREFIX
-from .settings import CoreSettings
+from ._errors import FatalError
+from ._project import ENV_PREFIX
+from ._settings import CoreSettings
 
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .tool import ToolSpec, spec_of, tool
+from ._tool import ToolSpec, spec_of, tool
 
 Status = Literal["ok", "degraded", "failing"]
 _RANK: dict[Status, int] = {"ok": 0, "degraded": 1, "failing": 2}

@@ -8,8 +8,8 @@ import pkgutil
 import traceback
 from types import ModuleType
 
-from .errors import FatalError
-from .tool import ToolSpec, spec_of
+from ._errors import FatalError
+from ._tool import ToolSpec, spec_of
 
 
 def discover_tools(package: ModuleType) -> list[ToolSpec]:
