@@ -16,9 +16,10 @@ import pytest
 import yaml
 
 from .answers import DEFAULT_ANSWERS, answers
-from .gitrepo import BASE_TAG, REPO_ROOT, TemplateRepo
+from .gitrepo import BASE_TAG, REPO_ROOT, TemplateRepo, init_and_commit
 from .project_env import find_python, run, uv_executable
-from .rendering import render
+from .releases import released_versions
+from .rendering import render, update
 
 # package_name's own pattern: only such names need refusing.
 PACKAGE_PATTERN = re.compile(r"[a-z_][a-z0-9_]*")
@@ -327,3 +328,29 @@ def test_project_layout_list_holds_every_test_support_module(rendered_project: C
 
     assert "support" in support_modules
     assert support_modules - set(reserved_names()["project_layout"]) == set()
+
+
+def test_project_named_before_its_name_was_reserved_still_updates(release_repo: Path, tmp_path: Path) -> None:
+    """A refused name binds new projects only: an existing `typer` project is not locked out of updates."""
+    newest_release = released_versions()[-1].tag
+    project = render(release_repo, tmp_path / "project", answers(package_name="typer"), newest_release)
+    init_and_commit(project, "Project named before 'typer' was reserved")
+
+    update(project, "HEAD")
+    init_and_commit(project, "Updated")
+    # The name given again, as `copier update -d package_name=typer` does.
+    copier.run_update(
+        project,
+        data={"package_name": "typer"},
+        overwrite=True,
+        defaults=True,
+        vcs_ref="HEAD",
+        unsafe=False,
+        quiet=True,
+    )
+
+    assert recorded_answers(project)["package_name"] == "typer"
+    assert (project / "src" / "typer" / "core").is_dir()
+    # A new project still gets the refusal.
+    with pytest.raises(ValueError, match="popular 'typer' package"):
+        render(release_repo, tmp_path / "new", answers(package_name="typer"), "HEAD")
