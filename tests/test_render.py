@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import sys
 import tomllib
 import warnings
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from .answers import MATRIX, answers
-from .gitrepo import BASE_TAG, TemplateRepo
+from .gitrepo import BASE_TAG, REPO_ROOT, TemplateRepo
 from .project_env import ProjectEnv, run
 from .rendering import TEMPLATE_OWNED_HEADER, is_owner_owned, jinja_leftovers, render, tree
 
@@ -179,3 +180,22 @@ def test_project_own_tests_pass(project_env: Callable[[str], ProjectEnv], entry:
 def test_project_own_nox_sessions_pass(rendered_project: RenderedProject, entry: str) -> None:
     env = None if entry == NETWORK_ENTRY else {**os.environ, "PYTEST_ADDOPTS": "-m 'not network'"}
     run([sys.executable, "-m", "nox", "--non-interactive"], rendered_project(entry), env=env, timeout=900)
+
+
+@pytest.mark.generated
+@pytest.mark.parametrize("entry", DIRECT_ENTRIES)
+def test_package_name_refuses_every_name_the_project_installs(
+    project_env: Callable[[str], ProjectEnv], entry: str
+) -> None:
+    """A dependency added to the template (or one of its own) must join server_dependencies."""
+    env = project_env(entry)
+    listing = "import importlib.metadata as m; print('\\n'.join(m.packages_distributions()))"
+    installed = {
+        name for name in env.run("python", "-c", listing).split() if re.fullmatch(r"[a-z_][a-z0-9_]*", name)
+    }
+    reserved = yaml.safe_load((REPO_ROOT / "questions" / "reserved_names.yml").read_text(encoding="utf-8"))
+
+    missing = installed - set(reserved["server_dependencies"]) - {answers(**MATRIX[entry])["package_name"]}
+
+    assert "pydantic" in installed
+    assert missing == set(), f"add to server_dependencies in questions/reserved_names.yml: {sorted(missing)}"
