@@ -56,7 +56,7 @@ def demo(session: nox.Session) -> None:
     env = {f"{answers['env_prefix']}DATA_DIR": str(project.parent / "demo-data")}
     session.install("-e", str(project))
     session.run(slug, "check", env=env)
-    if (project / "src" / package / "diagnose.py").exists():
+    if (project / "src" / package / "diagnose").is_dir():
         # One JSON report: handshake in both protocol eras, tools/list size, health_check.
         session.run(slug, "diagnose", env=env)
     session.run("python", str(ROOT / "tests" / "stdio_client.py"), slug, "serve", env=env)
