@@ -61,7 +61,7 @@ def demo(session: nox.Session) -> None:
     command = Path(session.bin) / slug
     session.run(slug, "check", env=env)
     # One JSON report: handshake in both protocol eras, tools/list size, health_check.
-    session.run(slug, "diagnose", env=env)
+    session.run(slug, "diagnose", "--timeout", "60", env=env)  # a busy machine starts slowly
     # The SDK's client: tools, health_check, a bad input, an idempotent retry replayed.
     session.run("python", str(ROOT / "tests" / "stdio_client.py"), str(command), "serve", env=env)
     setting, executable = f"{prefix}DATA_DIR={shlex.quote(str(data_dir))}", shlex.quote(str(command))
