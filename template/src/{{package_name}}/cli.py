@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -76,6 +77,8 @@ def serve(transport: str, host: str, port: int) -> int:
     if in_terminal:
         sys.stderr.write(terminal_hint())
         sys.stderr.flush()
+        # The thread reading a terminal cannot be interrupted: Ctrl+C would wait for a line.
+        signal.signal(signal.SIGINT, _stop_at_ctrl_c)
     if pipes is not None:
         anyio.run(server.serve_stdio, pipes)
     else:
@@ -91,8 +94,14 @@ def terminal_hint() -> str:
         f"  Try it:  {SLUG} diagnose   (starts it, handshakes, prints one JSON report)\n"
         f"           npx @modelcontextprotocol/inspector {SLUG}   (the MCP Inspector, in a browser)\n"
         f"  Use it:  {SLUG} client-config claude-desktop   (or claude-code, cursor, vscode)\n"
-        "  Stop it: Ctrl+C or Ctrl+D\n"
+        "  Stop it: Ctrl+D (end of input) or Ctrl+C\n"
     )
+
+
+def _stop_at_ctrl_c(signum: int, frame: object) -> None:
+    sys.stderr.write(f"\n{SLUG}: stopped (Ctrl+C)\n")
+    sys.stderr.flush()
+    os._exit(128 + signal.SIGINT)
 
 
 def check() -> int:
