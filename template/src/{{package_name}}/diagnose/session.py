@@ -17,8 +17,6 @@ import re
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -245,6 +243,9 @@ class HttpSession:
 
     def _post(self, message: Mapping[str, Any], *, timeout: float, wanted: object) -> dict[str, Any] | None:
         """POST one message; return the response to `wanted` (None: do not wait for one)."""
+        import urllib.error  # here: http.client and ssl cost a stdio diagnosis a third of its start
+        import urllib.request
+
         request = urllib.request.Request(
             self.url,
             data=json.dumps(message).encode(),
@@ -339,6 +340,8 @@ class HttpSession:
         """End a 2025-era session politely; errors are irrelevant to the diagnosis."""
         if self.session_id is None:
             return
+        import urllib.request
+
         request = urllib.request.Request(self.url, method="DELETE", headers=self._headers("", None))
         with contextlib.suppress(OSError):
             urllib.request.urlopen(request, timeout=2).close()
