@@ -75,10 +75,10 @@ def serve(transport: str, host: str, port: int) -> int:
 
     server = build_from_environment()
     if in_terminal:
-        sys.stderr.write(terminal_hint())
-        sys.stderr.flush()
         # The thread reading a terminal cannot be interrupted: Ctrl+C would wait for a line.
         signal.signal(signal.SIGINT, _stop_at_ctrl_c)
+        sys.stderr.write(terminal_hint())
+        sys.stderr.flush()
     if pipes is not None:
         anyio.run(server.serve_stdio, pipes)
     else:
