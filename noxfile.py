@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -51,16 +52,23 @@ def demo(session: nox.Session) -> None:
     target = Path(session.posargs[0]) if session.posargs else Path(session.create_tmp()) / "demo-server"
     project = render_entry(session, "defaults", target.resolve())
     answers = matrix_answers("defaults")
-    slug, package = answers["project_slug"], answers["package_name"]
-    # Keep the demo's idempotency table out of the user's own state directory.
-    env = {f"{answers['env_prefix']}DATA_DIR": str(project.parent / "demo-data")}
+    slug, prefix = answers["project_slug"], answers["env_prefix"]
+    # Keep the demo's idempotency table out of the user's own state directory, and the
+    # server's JSON log lines (one per call) out of the way of what the client shows.
+    data_dir = project.parent / "demo-data"
+    env = {f"{prefix}DATA_DIR": str(data_dir), f"{prefix}LOG_LEVEL": "warning"}
     session.install("-e", str(project))
+    command = Path(session.bin) / slug
     session.run(slug, "check", env=env)
-    if (project / "src" / package / "diagnose.py").exists():
-        # One JSON report: handshake in both protocol eras, tools/list size, health_check.
-        session.run(slug, "diagnose", env=env)
-    session.run("python", str(ROOT / "tests" / "stdio_client.py"), slug, "serve", env=env)
-    session.log(f"The server is in {project}; `{slug} serve` starts it over stdio.")
+    # One JSON report: handshake in both protocol eras, tools/list size, health_check.
+    session.run(slug, "diagnose", "--timeout", "60", env=env)  # a busy machine starts slowly
+    # The SDK's client: tools, health_check, a bad input, an idempotent retry replayed.
+    session.run("python", str(ROOT / "tests" / "stdio_client.py"), str(command), "serve", env=env)
+    setting, executable = f"{prefix}DATA_DIR={shlex.quote(str(data_dir))}", shlex.quote(str(command))
+    print(f"\nThe server is in {project}. With Node.js, the MCP Inspector in a browser:")
+    print(f"  npx @modelcontextprotocol/inspector -e {setting} {executable}")
+    print("Its handshake report again, from any directory:")
+    print(f"{setting} {executable} diagnose")
 
 
 def matrix_answers(entry: str) -> dict[str, Any]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -63,6 +65,7 @@ def run_delegated(command: str, argv: list[str]) -> int:
 def serve(transport: str, host: str, port: int) -> int:
     from .core._stdio_guard import claim_stdio
 
+    in_terminal = transport == "stdio" and os.isatty(0)
     # First, before any import of the owner's code can print: stdout is the wire.
     pipes = claim_stdio() if transport == "stdio" else None
 
@@ -71,11 +74,34 @@ def serve(transport: str, host: str, port: int) -> int:
     from .core._app import build_from_environment
 
     server = build_from_environment()
+    if in_terminal:
+        # The thread reading a terminal cannot be interrupted: Ctrl+C would wait for a line.
+        signal.signal(signal.SIGINT, _stop_at_ctrl_c)
+        sys.stderr.write(terminal_hint())
+        sys.stderr.flush()
     if pipes is not None:
         anyio.run(server.serve_stdio, pipes)
     else:
         anyio.run(server.serve_http, host, port)
     return 0
+
+
+def terminal_hint() -> str:
+    """What someone who typed the command in a terminal needs: it serves MCP on stdin, not a prompt."""
+    return (
+        f"{SLUG} is serving MCP over stdio: it waits for an MCP client's JSON-RPC on stdin, "
+        "not for typed commands.\n"
+        f"  Try it:  {SLUG} diagnose   (starts it, handshakes, prints one JSON report)\n"
+        f"           npx @modelcontextprotocol/inspector {SLUG}   (the MCP Inspector, in a browser)\n"
+        f"  Use it:  {SLUG} client-config claude-desktop   (or claude-code, cursor, vscode)\n"
+        "  Stop it: Ctrl+D (end of input) or Ctrl+C\n"
+    )
+
+
+def _stop_at_ctrl_c(signum: int, frame: object) -> None:
+    sys.stderr.write(f"\n{SLUG}: stopped (Ctrl+C)\n")
+    sys.stderr.flush()
+    os._exit(128 + signal.SIGINT)
 
 
 def check() -> int:

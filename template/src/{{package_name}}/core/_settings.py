@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from platformdirs import user_state_path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -16,6 +15,13 @@ LogLevel = Literal["debug", "info", "warning", "error"]
 AuthMode = Literal["none", "bearer", "oauth"]
 # Comma-separated in the environment ("a,b"), not JSON.
 CommaList = Annotated[list[str], NoDecode]
+
+
+def default_data_dir() -> Path:
+    """The per-user state directory; platformdirs loads only when no DATA_DIR is set."""
+    from platformdirs import user_state_path
+
+    return user_state_path(SLUG)
 
 
 class CoreSettings(BaseSettings):
@@ -31,7 +37,7 @@ class CoreSettings(BaseSettings):
 
     log_level: LogLevel = Field("info", description="debug, info, warning or error")
     data_dir: Path = Field(
-        default_factory=lambda: user_state_path(SLUG),
+        default_factory=default_data_dir,
         description="where the SQLite idempotency table lives",
     )
     database_url: str | None = Field(None, description="PostgreSQL DSN (postgres backend)")
