@@ -20,10 +20,11 @@ import asyncio
 import os
 import stat
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any, cast
 
 import anyio
+import anyio.lowlevel
 from mcp.server.stdio import stdio_server
 from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
@@ -136,6 +137,42 @@ class Wire:
             self._fatal_exit.written(line)
 
 
+class WireStream:
+    """The SDK session's write stream: the task that answers puts its line on the wire itself.
+
+    It fits the SDK's `WriteStream` protocol, and saves the hop to a writer task that a
+    memory stream would need for every message.
+    """
+
+    def __init__(self, wire: Wire, serving: anyio.CancelScope) -> None:
+        self._wire = wire
+        self._serving = serving
+        self._closed = False
+
+    async def send(self, item: SessionMessage) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        await self.send_line(item.message.model_dump_json(by_alias=True, exclude_unset=True))
+
+    async def send_line(self, line: str) -> None:
+        try:
+            await self._wire.send_line(line)
+        except PeerGone:
+            # The client closed stdout: nothing more can be answered, so serving ends (exit 0).
+            self._serving.cancel()
+            await anyio.lowlevel.checkpoint()
+            raise anyio.BrokenResourceError from None
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> WireStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
 @asynccontextmanager
 async def open_stdio(pipes: ProtocolPipes, fatal_exit: FatalExit) -> AsyncIterator[Streams]:
     """The SDK server's read and write streams over the protocol pipes."""
@@ -168,44 +205,33 @@ async def _event_loop_stdio(pipes: ProtocolPipes, fatal_exit: FatalExit) -> Asyn
     reader = asyncio.StreamReader(limit=_READ_LIMIT)
     read_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
     write_transport, protocol = await loop.connect_write_pipe(_WireProtocol, stdout)
+    serving = anyio.CancelScope()
     wire = Wire(write_transport, protocol, fatal_exit)
+    write_stream = WireStream(wire, serving)
     read_stream_writer, read_stream = create_context_streams[SessionMessage | Exception](0)
-    write_stream, write_stream_reader = create_context_streams[SessionMessage](0)
 
     async def take(raw: bytes) -> None:
         message, answer = read_line(raw.decode("utf-8", "replace"))
         if answer is not None:
-            await wire.send_line(answer)
+            await write_stream.send_line(answer)
         elif message is not None:
             await read_stream_writer.send(SessionMessage(message))
 
     async def read_requests() -> None:
-        async with read_stream_writer:
-            pending: list[bytes] = []
-            while chunk := await reader.read(_CHUNK):
-                for line in split_lines(pending, chunk):
-                    await take(line)
-            if pending:  # a last line without a newline is still a line
-                await take(b"".join(pending))
-
-    async def write_answers() -> None:
-        async with write_stream_reader:
-            async for session_message in write_stream_reader:
-                message = session_message.message
-                await wire.send_line(message.model_dump_json(by_alias=True, exclude_unset=True))
-
-    async def until_peer_gone(task: Any) -> None:
-        try:
-            await task()
-        except (PeerGone, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            # The client stopped reading for good, or the session is over: stop serving, exit 0.
-            tg.cancel_scope.cancel()
+        pending: list[bytes] = []
+        with suppress(anyio.BrokenResourceError):  # the session ended: nobody takes requests
+            async with read_stream_writer:
+                while chunk := await reader.read(_CHUNK):
+                    for line in split_lines(pending, chunk):
+                        await take(line)
+                if pending:  # a last line without a newline is still a line
+                    await take(b"".join(pending))
 
     try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(until_peer_gone, read_requests)
-            tg.start_soon(until_peer_gone, write_answers)
-            yield read_stream, write_stream
+        with serving:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read_requests)
+                yield read_stream, write_stream
     finally:
         read_transport.close()
         write_transport.close()
