@@ -4,12 +4,14 @@
 The SDK's stdio transport wraps the pipes in `anyio.wrap_file`, so every read, write and
 flush hops to a worker thread (about 1 ms of CPU per call, where the pipes cost tens of
 microseconds). Here the event loop drives the private descriptors `claim_stdio` set aside
-(asyncio's `connect_read_pipe` / `connect_write_pipe`) and feeds the SDK's server through
-the same memory streams its `stdio_server` creates. What the SDK's loop does is kept:
+(asyncio's `connect_read_pipe` / `connect_write_pipe`): requests reach the SDK's server
+through the memory stream its `stdio_server` creates, and the task that answers writes
+its answer to the pipe itself (`WireStream`). What the SDK's loop does is kept:
 UTF-8 with replacement, a last line without a newline still counts, EOF ends the session
-cleanly. Lines the SDK would drop are answered (-32700/-32600) by `_stdio_lines`, and
-each write waits until the pipe took every byte, so a peer that stops reading holds the
-server back instead of growing a buffer, and `FatalExit` learns when an answer is out.
+cleanly; only a lone CR ends no line here (MCP's stdio messages end in LF). Lines the SDK
+would drop are answered (-32700/-32600) by `_stdio_lines`, and each write waits until the
+pipe took every byte, so a peer that stops reading holds the server back instead of
+growing a buffer, and `FatalExit` learns when an answer is out.
 
 Where the event loop cannot drive the pipes, the SDK's own transport serves them.
 """
