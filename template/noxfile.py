@@ -59,6 +59,8 @@ def budget(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Run every benchmarks/bench_*.py, or one with its options: `nox -s bench -- overhead --rounds 10`."""
     session.install("-e", ".[dev]")
+    # FastMCP is a point of comparison for bench_overhead.py, never a dependency of the project.
+    session.install("fastmcp>=4")
     scripts = sorted(Path("benchmarks").glob("bench_*.py"))
     if session.posargs:
         scripts = [Path("benchmarks") / f"bench_{session.posargs[0]}.py"]

@@ -11,19 +11,18 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools import Tool
-from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, InputRequiredResult
 
 from ._callers import caller, forbidden_message, missing_scopes
 from ._entrypoints import entrypoint
 from ._errors import FatalError, TransientError
-from ._fatal_exit import FatalExit, WatchedWriter
+from ._fatal_exit import FatalExit
 from ._health import CallStats
 from ._idempotency import KEY_ARGUMENT, fingerprint
 from ._idempotent_call import StoreHandle, run_once
@@ -33,7 +32,7 @@ from ._running import current_body
 from ._settings import CoreSettings
 from ._startup import exit_fatal
 from ._stdio_guard import ProtocolPipes
-from ._stdio_lines import AnsweringLines
+from ._stdio_transport import open_stdio
 from ._tool import ToolSpec
 from ._validation import ArgumentValidator, harden_schema, unknown_tool_message
 
@@ -212,13 +211,11 @@ class ResilientServer(MCPServer[Any]):
         await self.store.close()
 
     async def serve_stdio(self, pipes: ProtocolPipes) -> None:
-        """Serve JSON-RPC on the pipes `claim_stdio` set aside (the SDK's stdio loop, explicit streams)."""
+        """Serve JSON-RPC on the pipes `claim_stdio` set aside, driven from the event loop."""
         await self.open_dependencies()
         self.fatal_exit = FatalExit()
-        writer = anyio.wrap_file(WatchedWriter(pipes.raw_writer(), self.fatal_exit))
-        reader = cast(anyio.AsyncFile[str], AnsweringLines(anyio.wrap_file(pipes.reader()), writer))
         try:
-            async with stdio_server(reader, writer) as (read_stream, write_stream):
+            async with open_stdio(pipes, self.fatal_exit) as (read_stream, write_stream):
                 # MCPServer.run_stdio_async does the same, on fds 0/1 it would restore at exit.
                 lowlevel = self._lowlevel_server
                 await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())

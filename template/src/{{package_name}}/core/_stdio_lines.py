@@ -15,32 +15,41 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-from mcp.types import JSONRPCNotification, jsonrpc_message_adapter
+from mcp.types import JSONRPCMessage, JSONRPCNotification, jsonrpc_message_adapter
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+_INVALID_REQUEST_MESSAGE = "Invalid request: not a JSON-RPC 2.0 message MCP accepts"
+
+
+def read_line(line: str) -> tuple[JSONRPCMessage | None, str | None]:
+    """The message in `line` for the SDK, or the JSON-RPC error line answering it (both None: blank).
+
+    The line is validated once, as the SDK's own loop does.
+    """
+    if not line.strip():
+        return None, None
+    try:
+        message = jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except Exception:  # ValidationError, or a parser's recursion limit on deep nesting
+        pass
+    else:
+        # The SDK reads a request whose id is neither string nor integer as a notification.
+        if not isinstance(message, JSONRPCNotification) or '"id"' not in line:
+            return message, None
+    try:
+        parsed: Any = json.loads(line)
+    except (ValueError, RecursionError):
+        return None, _error(None, PARSE_ERROR, "Parse error: the line is not JSON")
+    request_id = parsed.get("id") if isinstance(parsed, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        request_id = None
+    return None, _error(request_id, INVALID_REQUEST, _INVALID_REQUEST_MESSAGE)
 
 
 def rejection(line: str) -> str | None:
     """The JSON-RPC error line answering `line`, or None when the SDK can use it (or it is blank)."""
-    if not line.strip():
-        return None
-    try:
-        message = jsonrpc_message_adapter.validate_json(line, by_name=False)
-    except Exception:  # ValidationError, or a parser's recursion limit on deep nesting
-        message = None
-    else:
-        # The SDK reads a request whose id is neither string nor integer as a notification.
-        if not isinstance(message, JSONRPCNotification) or '"id"' not in line:
-            return None
-    try:
-        parsed: Any = json.loads(line)
-    except (ValueError, RecursionError):
-        return _error(None, PARSE_ERROR, "Parse error: the line is not JSON")
-    request_id = parsed.get("id") if isinstance(parsed, dict) else None
-    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
-        request_id = None
-    return _error(request_id, INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message MCP accepts")
+    return read_line(line)[1]
 
 
 def _error(request_id: str | int | None, code: int, message: str) -> str:
