@@ -16,6 +16,14 @@ from .releases import build_release_repo, released_versions
 from .rendering import render
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest generated tests first (`generated(minutes=...)`, a rough figure): workers
+    that take the tests in this order finish together, none is left running one alone at the end.
+    """
+    marked = {item.nodeid: item.get_closest_marker("generated") for item in items}
+    items.sort(key=lambda item: -(marker.kwargs.get("minutes", 0) if (marker := marked[item.nodeid]) else 0))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Commits need an identity, and the user's git or copier settings must not leak in."""

@@ -47,6 +47,18 @@ def run(command: list[str], cwd: Path, *, env: dict[str, str] | None = None, tim
     return output
 
 
+def quick_start_environ(base: dict[str, str] | None = None) -> dict[str, str]:
+    """`base` (default: this environment) with bytecode cached: a rendered suite starts hundreds
+    of server processes, and without .pyc files each one compiles the SDK again (0.7 s of CPU).
+
+    uv compiles what it installs, nox's uv included; the project's own modules are cached on first import.
+    """
+    env = dict(os.environ if base is None else base)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["UV_COMPILE_BYTECODE"] = "1"
+    return env
+
+
 def find_python(version: str) -> str:
     """An installed interpreter of `version`; the entry is skipped when there is none."""
     result = subprocess.run(
@@ -70,7 +82,8 @@ class ProjectEnv:
     @classmethod
     def create(cls, project: Path, venv: Path, python_version: str) -> ProjectEnv:
         uv = uv_executable()
-        run([uv, "venv", "--quiet", "--python", find_python(python_version), str(venv)], cwd=project)
+        env = quick_start_environ()
+        run([uv, "venv", "--quiet", "--python", find_python(python_version), str(venv)], cwd=project, env=env)
         run(
             [
                 uv,
@@ -83,13 +96,18 @@ class ProjectEnv:
                 f"{project}[dev]",
             ],
             cwd=project,
+            env=env,
         )
         return cls(project, venv)
 
     @property
     def environ(self) -> dict[str, str]:
         """This environment activated: its commands (`<slug>`, mypy, pytest) come first on PATH."""
-        env = {key: value for key, value in os.environ.items() if key not in {"PYTHONHOME", "PYTHONPATH"}}
+        env = {
+            key: value
+            for key, value in quick_start_environ().items()
+            if key not in {"PYTHONHOME", "PYTHONPATH"}
+        }
         env["VIRTUAL_ENV"] = str(self.venv)
         env["PATH"] = f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         return env
