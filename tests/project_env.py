@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 
+# A rendered project's whole suite (or its own `nox`): the postgres one took 15 min on a loaded
+# 2-core machine. A limit that only stops a hang, never a slow run.
+SUITE_TIMEOUT_S = 1800.0
+
 
 def uv_executable() -> str:
     """The uv next to this interpreter (nox installs it there), else the one on PATH."""

@@ -14,7 +14,7 @@ import yaml
 
 from .answers import MATRIX, answers
 from .gitrepo import BASE_TAG, TemplateRepo
-from .project_env import ProjectEnv, quick_start_environ, run
+from .project_env import SUITE_TIMEOUT_S, ProjectEnv, quick_start_environ, run
 from .rendering import TEMPLATE_OWNED_HEADER, is_owner_owned, jinja_leftovers, render, tree
 
 ENTRIES = list(MATRIX)
@@ -168,7 +168,17 @@ def test_mypy_strict_and_project_own_tests_pass(project_env: Callable[[str], Pro
     env = project_env(entry)  # one test, so one worker installs this venv
 
     env.run("mypy", "--strict")
-    env.run("python", "-m", "pytest", "-v", "-p", "no:cacheprovider", *HANG_REPORT, *NOT_NETWORK)
+    env.run(
+        "python",
+        "-m",
+        "pytest",
+        "-v",
+        "-p",
+        "no:cacheprovider",
+        *HANG_REPORT,
+        *NOT_NETWORK,
+        timeout=SUITE_TIMEOUT_S,
+    )
 
 
 @pytest.mark.generated(minutes=6)
@@ -181,5 +191,5 @@ def test_project_own_nox_sessions_pass(rendered_project: RenderedProject, open_t
         [sys.executable, "-m", "nox", "--non-interactive", "--envdir", str(open_tmp / f"nox-{entry}")],
         rendered_project(entry),
         env=env,
-        timeout=900,
+        timeout=SUITE_TIMEOUT_S,
     )
