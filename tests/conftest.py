@@ -16,6 +16,26 @@ from .releases import build_release_repo, released_versions
 from .rendering import render
 
 
+def minutes(item: pytest.Item) -> float:
+    """A generated test's rough length (`generated(minutes=...)`); -1 for other tests."""
+    marker = item.get_closest_marker("generated")
+    return -1 if marker is None else float(marker.kwargs.get("minutes", 0))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest generated tests first, so that no worker is left running one alone at the end.
+
+    pytest-xdist starts each of its two workers on two consecutive tests, then hands the next
+    test to whichever runs short: the two longest go one to each worker, each with a short one.
+    """
+    items.sort(key=minutes, reverse=True)
+    generated = [item for item in items if minutes(item) >= 0]
+    if len(generated) >= 4:
+        short = generated[-2:]
+        paired = [generated[0], short[1], generated[1], short[0], *generated[2:-2]]
+        items[: len(generated)] = paired
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Commits need an identity, and the user's git or copier settings must not leak in."""

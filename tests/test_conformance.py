@@ -11,7 +11,7 @@ import pytest
 from .project_env import ProjectEnv
 
 
-@pytest.mark.generated
+@pytest.mark.generated(minutes=2)
 def test_conformance_suite_fails_only_where_expected_in_both_modes(
     project_env: Callable[[str], ProjectEnv], tmp_path: Path
 ) -> None:

@@ -18,7 +18,7 @@ CALLS = 120
 SHORT_SOAK = ["--calls", str(CALLS), "--kill-every-ms", "100", "--seed", "1"]
 
 
-@pytest.mark.generated
+@pytest.mark.generated(minutes=1)
 @pytest.mark.parametrize("entry", list(BACKENDS))
 def test_soak_through_kills_finds_no_duplicated_or_lost_effect(
     project_env: Callable[[str], ProjectEnv], entry: str, tmp_path: Path

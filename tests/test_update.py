@@ -20,7 +20,7 @@ import pytest
 from . import owner_edits
 from .answers import DEFAULT_ANSWERS, answers
 from .gitrepo import git, init_and_commit
-from .project_env import ProjectEnv, run
+from .project_env import SUITE_TIMEOUT_S, quick_start_environ, run
 from .releases import Release, released_versions
 from .rendering import is_owner_owned, render, tree, update
 
@@ -128,21 +128,28 @@ def test_owner_rule_checks_only_the_owner_code_after_an_update(
     run([sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "."], project)
 
 
-@pytest.mark.generated
+@pytest.mark.generated(minutes=5)
 # From the oldest release only: the test above proves every release updates to the same tree
 # (a fresh copy with the owner's edits), so one run of that tree's checks speaks for all.
 @pytest.mark.parametrize("release", RELEASES[:1], ids=[release.tag for release in RELEASES[:1]])
-def test_project_updated_from_a_release_passes_its_own_checks(
+def test_project_updated_from_a_release_passes_its_own_nox_sessions(
     updated_from: Callable[[Release], OwnedProject], open_tmp: Path, release: Release
 ) -> None:
-    updated = updated_from(release)
-    env = ProjectEnv.create(
-        updated.path, open_tmp / f"venv-updated-from-{release.version}", DEFAULT_ANSWERS["python_version"]
-    )
+    """Lint, typecheck (with the owner's override for their untyped helper) and the tests.
 
-    env.run("mypy", "--strict")  # with the owner's override for their untyped helper
-    output = env.run(
-        "python", "-m", "pytest", "-v", "-p", "no:cacheprovider", "-o", "faulthandler_timeout=120"
+    This is also the default answers' own suite (test_render.py runs it nowhere else); the
+    `network` tests run in test_render.py's NETWORK_ENTRY.
+    """
+    updated = updated_from(release)
+    env = quick_start_environ()
+    env["PYTEST_ADDOPTS"] = "-v -p no:cacheprovider -o faulthandler_timeout=120 -m 'not network'"
+    envdir = open_tmp / f"nox-updated-from-{release.version}"  # outside the tree other tests copy
+
+    output = run(
+        [sys.executable, "-m", "nox", "--non-interactive", "--envdir", str(envdir)],
+        updated.path,
+        env=env,
+        timeout=SUITE_TIMEOUT_S,
     )
 
     missing = [line for line in owner_edits.OWNER_TESTS if line not in output]
