@@ -178,4 +178,7 @@ def test_project_own_tests_pass(project_env: Callable[[str], ProjectEnv], entry:
 @pytest.mark.parametrize("entry", OWN_NOX_ENTRIES)
 def test_project_own_nox_sessions_pass(rendered_project: RenderedProject, entry: str) -> None:
     env = None if entry == NETWORK_ENTRY else {**os.environ, "PYTEST_ADDOPTS": "-m 'not network'"}
-    run([sys.executable, "-m", "nox", "--non-interactive"], rendered_project(entry), env=env, timeout=900)
+    # The default sessions (lint, typecheck, tests: the owner's loop) and the whole core suite, once.
+    sessions = ["-s", "lint", "typecheck", "tests", "core"]
+    nox = [sys.executable, "-m", "nox", "--non-interactive", *sessions]
+    run(nox, rendered_project(entry), env=env, timeout=900)
