@@ -123,19 +123,15 @@ class Resources:
         """Run every lifespan up to its `yield`, in order; a failure is a FatalError. Idempotent."""
         if self._stack is not None:
             return
-        self._stack = AsyncExitStack()
-        for fn in self.lifespans:
-            try:
-                value = await self._stack.enter_async_context(asynccontextmanager(fn)())
-            except FatalError:
-                raise
-            except Exception as exc:
-                raise FatalError(
-                    f"lifespan {_name(fn)} failed to open: {type(exc).__name__}: {_shown(exc)}",
-                    "fix it or the service it opens (the server cannot serve without it)",
-                ) from None
-            _opened[fn] = value
-            self._stack.callback(_opened.pop, fn, None)
+        stack = AsyncExitStack()
+        try:
+            for fn in self.lifespans:
+                _opened[fn] = await _enter(stack, fn)
+                stack.callback(_opened.pop, fn, None)
+        except BaseException:
+            await stack.aclose()  # the ones already open, last first
+            raise
+        self._stack = stack
 
     async def close(self) -> None:
         """Finish every open lifespan, last opened first; a failure is logged, never raised."""
@@ -174,6 +170,19 @@ class Resources:
                 log.warning(
                     "dependency_not_ok", dependency=spec.name, status=result.status, detail=result.detail
                 )
+
+
+async def _enter(stack: AsyncExitStack, fn: LifespanFunction) -> Any:
+    """Run the lifespan up to its `yield` on the stack; a set-up failure is a FatalError naming it."""
+    try:
+        return await stack.enter_async_context(asynccontextmanager(fn)())
+    except FatalError:
+        raise
+    except Exception as exc:
+        raise FatalError(
+            f"lifespan {_name(fn)} failed to open: {type(exc).__name__}: {_shown(exc)}",
+            "fix it or the service it opens (the server cannot serve without it)",
+        ) from None
 
 
 def _bounded(spec: DependencySpec) -> HealthCheck:
