@@ -89,8 +89,8 @@ class ResilientServer(MCPServer[Any]):
         app_settings: CoreSettings,
         stats: CallStats,
         store: StoreHandle,
-        resources: Resources,
         strict: bool,
+        resources: Resources | None = None,
         **kwargs: Any,
     ) -> None:
         built = [build_tool(spec, strict=strict) for spec in specs]
@@ -99,7 +99,7 @@ class ResilientServer(MCPServer[Any]):
         self.app_settings = app_settings
         self.stats = stats
         self.store = store
-        self.resources = resources
+        self.resources = resources or Resources([], [])  # the owner's lifespans and dependency checks
         self.fatal_exit: FatalExit | None = None  # armed only when serving a transport
         self.scopes_enforced = False  # a tool's `scopes` apply with AUTH=oauth over HTTP
 
