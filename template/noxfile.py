@@ -1,5 +1,8 @@
 # Template-owned: `copier update` replaces this file.
-"""Checks for this server: `nox` runs lint, typecheck and tests."""
+"""Checks for this server: `nox` runs lint, typecheck and tests (yours and a core smoke test).
+
+`nox -s core` runs the template's whole core suite (tests/core); CI runs it on every push.
+"""
 
 from __future__ import annotations
 
@@ -34,11 +37,22 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", "--strict", *session.posargs)
 
 
+# Your tests (tests/tools) and the core tests marked `smoke`: the loop to run while you work.
+OWNER_LOOP = "not core or smoke"
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite, against the installed server."""
+    """Your tests and a core smoke test (handshake, health_check, failures, stdout): the quick loop."""
     session.install("-e", ".[dev]")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", "-m", OWNER_LOOP, *session.posargs)
+
+
+@nox.session(default=False)
+def core(session: nox.Session) -> None:
+    """The template's whole core suite (tests/core): what `copier update` brings must pass here."""
+    session.install("-e", ".[dev]")
+    session.run("pytest", "tests/core", *session.posargs)
 
 
 @nox.session(default=False)

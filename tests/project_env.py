@@ -17,6 +17,17 @@ import pytest
 SUITE_TIMEOUT_S = 1800.0
 
 
+# A rendered project's own nox sessions that the generated tests run: the default ones (the
+# owner's loop: lint, typecheck, the owner's tests and a core smoke) and the whole core suite.
+PROJECT_NOX_SESSIONS = ("lint", "typecheck", "tests", "core")
+
+
+def project_nox(envdir: Path) -> list[str]:
+    """The command that runs PROJECT_NOX_SESSIONS in a rendered project, its venvs in `envdir`."""
+    nox = [sys.executable, "-m", "nox", "--non-interactive", "--envdir", str(envdir)]
+    return [*nox, "-s", *PROJECT_NOX_SESSIONS]
+
+
 def uv_executable() -> str:
     """The uv next to this interpreter (nox installs it there), else the one on PATH."""
     beside = Path(sys.executable).with_name("uv")

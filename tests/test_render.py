@@ -15,7 +15,7 @@ import yaml
 
 from .answers import MATRIX, answers
 from .gitrepo import BASE_TAG, REPO_ROOT, TemplateRepo
-from .project_env import SUITE_TIMEOUT_S, ProjectEnv, quick_start_environ, run
+from .project_env import SUITE_TIMEOUT_S, ProjectEnv, project_nox, quick_start_environ, run
 from .rendering import TEMPLATE_OWNED_HEADER, is_owner_owned, jinja_leftovers, render, tree
 
 ENTRIES = list(MATRIX)
@@ -189,8 +189,9 @@ def test_project_own_nox_sessions_pass(rendered_project: RenderedProject, open_t
     env = quick_start_environ()
     if entry != NETWORK_ENTRY:
         env["PYTEST_ADDOPTS"] = "-m 'not network'"
+    envdir = open_tmp / f"nox-{entry}"
     run(
-        [sys.executable, "-m", "nox", "--non-interactive", "--envdir", str(open_tmp / f"nox-{entry}")],
+        project_nox(envdir),
         rendered_project(entry),
         env=env,
         timeout=SUITE_TIMEOUT_S,

@@ -20,7 +20,7 @@ import pytest
 from . import owner_edits
 from .answers import DEFAULT_ANSWERS, answers
 from .gitrepo import git, init_and_commit
-from .project_env import SUITE_TIMEOUT_S, quick_start_environ, run
+from .project_env import SUITE_TIMEOUT_S, project_nox, quick_start_environ, run
 from .releases import Release, released_versions
 from .rendering import is_owner_owned, render, tree, update
 
@@ -146,7 +146,7 @@ def test_project_updated_from_a_release_passes_its_own_nox_sessions(
     envdir = open_tmp / f"nox-updated-from-{release.version}"  # outside the tree other tests copy
 
     output = run(
-        [sys.executable, "-m", "nox", "--non-interactive", "--envdir", str(envdir)],
+        project_nox(envdir),
         updated.path,
         env=env,
         timeout=SUITE_TIMEOUT_S,

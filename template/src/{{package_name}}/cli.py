@@ -110,9 +110,12 @@ def check() -> int:
     from .core._app import build_from_environment
 
     server = build_from_environment()
-    anyio.run(server.check_dependencies)
+    report = anyio.run(server.check_dependencies)
     sys.stdout.write(
         f"OK: settings valid, data directory {server.app_settings.data_dir} writable, "
         f"{len(server.served)} tools load\n"
     )
+    for name, result in report["checks"].items():
+        detail = f" - {result['detail']}" if result["detail"] else ""
+        sys.stdout.write(f"  {name}: {result['status']}{detail}\n")
     return 0

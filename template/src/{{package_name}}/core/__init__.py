@@ -7,6 +7,8 @@ any template release; tests/core/test_public_api.py pins the names below.
 
 # CoreSettings first: settings.py (owner-owned) imports it from here while the rest loads.
 from ._settings import CoreSettings  # isort: skip
+from mcp.server.mcpserver import Context
+
 from ._errors import (
     FatalError,
     Part,
@@ -16,11 +18,14 @@ from ._errors import (
     ToolInputError,
     TransientError,
 )
+from ._resources import Check, dependency, lifespan, shared
 from ._running import cancelled
 from ._server import ResilientServer
 from ._tool import Reconciled, tool
 
 __all__ = [
+    "Check",
+    "Context",
     "CoreSettings",
     "FatalError",
     "Part",
@@ -32,5 +37,8 @@ __all__ = [
     "ToolInputError",
     "TransientError",
     "cancelled",
+    "dependency",
+    "lifespan",
+    "shared",
     "tool",
 ]

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ._discovery import discover_tools
+from ._discovery import discover_resources, discover_tools
 from ._errors import FatalError
-from ._health import CallStats, CheckResult, make_health_tool
+from ._health import CallStats, CheckResult, HealthCheck, make_health_tool
 from ._idempotency import create_store
 from ._idempotent_call import StoreHandle
 from ._logs import configure_logging, get_logger
 from ._project import DISPLAY_NAME, ENV_PREFIX, SLUG, STRICT_ARGUMENTS, installed_version
+from ._redaction import configure_redaction
+from ._resources import Resources
 from ._running import MAX_ABANDONED_THREADS, abandoned_threads
 from ._server import ResilientServer
 from ._settings import CoreSettings
 from ._startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
+from ._tool_filter import declared_tools
 
 log = get_logger(__name__)
 
@@ -30,6 +33,7 @@ def create_server(
     The idempotency store is opened when serving starts (or on first use).
     """
     configure_logging(settings.log_level)
+    configure_redaction(settings.redact_keys, settings.redact_patterns)
     if tools_package is None:
         from .. import tools
 
@@ -63,12 +67,17 @@ def create_server(
     async def keys_in_doubt() -> int:
         return await (await store.get()).in_doubt_count()
 
-    health = make_health_tool(
-        stats,
-        version,
-        {"data_dir": data_dir_check, "idempotency_store": store_check, "worker_threads": threads_check},
-        keys_in_doubt,
-    )
+    checks: dict[str, HealthCheck] = {
+        "data_dir": data_dir_check,
+        "idempotency_store": store_check,
+        "worker_threads": threads_check,
+    }
+    resources = Resources(*discover_resources(tools_package))
+    for name, check in resources.health_checks().items():
+        if name in checks:
+            raise FatalError(f"two dependency checks are named {name!r}", "rename yours in @dependency(...)")
+        checks[name] = check
+    health = make_health_tool(stats, version, checks, keys_in_doubt)
     specs = discover_tools(tools_package)
     if any(spec.name == health.name for spec in specs):
         raise FatalError(f"a tool in tools/ is named {health.name!r}, which the core reserves", "rename it")
@@ -76,10 +85,12 @@ def create_server(
         SLUG,
         title=DISPLAY_NAME,
         version=version,
-        specs=[health, *specs],
+        specs=declared_tools([health, *specs], settings, always=health.name),
         app_settings=settings,
         stats=stats,
         store=store,
+        resources=resources,
+        lifespan=resources.sdk_lifespan,
         strict=STRICT_ARGUMENTS if strict is None else strict,
     )
 

@@ -1,5 +1,8 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
-"""Finds the tools: every module in the tools/ package is imported, every `@tool` served."""
+"""Finds the tools: every module in the tools/ package is imported, every `@tool` served.
+
+The same modules hold the owner's `@lifespan` resources and `@dependency` checks.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import traceback
 from types import ModuleType
 
 from ._errors import FatalError
+from ._resources import DependencySpec, LifespanFunction, dependency_of, is_lifespan
 from ._tool import ToolSpec, spec_of
 
 
@@ -38,9 +42,28 @@ def discover_tools(package: ModuleType) -> list[ToolSpec]:
     return specs
 
 
+def discover_resources(package: ModuleType) -> tuple[list[LifespanFunction], list[DependencySpec]]:
+    """The `@lifespan` and `@dependency` functions defined in the package's modules, in the same order."""
+    lifespans: list[LifespanFunction] = []
+    dependencies: list[DependencySpec] = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        module_name = f"{package.__name__}.{info.name}"
+        for value in vars(_import(module_name)).values():
+            if getattr(value, "__module__", None) != module_name:
+                continue  # imported from elsewhere: opened or checked where it is defined
+            if is_lifespan(value):
+                lifespans.append(value)
+            spec = dependency_of(value)
+            if spec is not None:
+                dependencies.append(spec)
+    return lifespans, dependencies
+
+
 def _import(module_name: str) -> ModuleType:
     try:
         return importlib.import_module(module_name)
+    except FatalError:
+        raise  # the module's own verdict (a missing secret, say) says what to fix
     except Exception as exc:
         where = traceback.extract_tb(exc.__traceback__)[-1]
         raise FatalError(

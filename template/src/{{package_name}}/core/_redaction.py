@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 
 REDACTED = "[redacted]"
 PATH_HIDDEN = "[path]"
@@ -18,31 +19,48 @@ SECRET_NAME = (
     r"(?:pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
     r"|authorization|cookie|credentials?|dsn|database[_-]?url)"
 )
-_SECRET_KEY = re.compile(SECRET_NAME, re.I)
 
-_SECRET_SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
-    # user:password@ in any URL
-    (re.compile(r"(?P<keep>[a-z][a-z0-9+.-]*://[^:/@\s]+:)[^@\s]+@", re.I), rf"\g<keep>{REDACTED}@"),
-    # `password=...`, `api_key: ...`, `"token": "..."`
-    (
-        re.compile(rf"(?P<keep>\b\w*{SECRET_NAME}\w*[\"']?\s*[=:]\s*[\"']?)[^\s\"',;&]{{4,}}", re.I),
-        rf"\g<keep>{REDACTED}",
-    ),
-    # Authorization: Bearer/Basic <credentials>
-    (re.compile(r"(?P<keep>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}", re.I), rf"\g<keep>{REDACTED}"),
-    # Well-known key formats: OpenAI/Stripe-style sk-/pk-/rk-, GitHub, Slack, AWS, Google, JWTs.
-    (
-        re.compile(
-            r"\b(?:(?:sk|pk|rk)[-_][A-Za-z0-9_-]{8,}"
-            r"|gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{20,}"
-            r"|xox[abprs]-[A-Za-z0-9-]{10,}"
-            r"|AKIA[0-9A-Z]{16}"
-            r"|AIza[0-9A-Za-z_-]{30,}"
-            r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)"
+
+def _secret_shapes(secret_name: str) -> tuple[tuple[re.Pattern[str], str], ...]:
+    return (
+        # user:password@ in any URL
+        (re.compile(r"(?P<keep>[a-z][a-z0-9+.-]*://[^:/@\s]+:)[^@\s]+@", re.I), rf"\g<keep>{REDACTED}@"),
+        # `password=...`, `api_key: ...`, `"token": "..."`
+        (
+            re.compile(rf"(?P<keep>\b\w*{secret_name}\w*[\"']?\s*[=:]\s*[\"']?)[^\s\"',;&]{{4,}}", re.I),
+            rf"\g<keep>{REDACTED}",
         ),
-        REDACTED,
-    ),
-)
+        # Authorization: Bearer/Basic <credentials>
+        (re.compile(r"(?P<keep>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}", re.I), rf"\g<keep>{REDACTED}"),
+        # Well-known key formats: OpenAI/Stripe-style sk-/pk-/rk-, GitHub, Slack, AWS, Google, JWTs.
+        (
+            re.compile(
+                r"\b(?:(?:sk|pk|rk)[-_][A-Za-z0-9_-]{8,}"
+                r"|gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{20,}"
+                r"|xox[abprs]-[A-Za-z0-9-]{10,}"
+                r"|AKIA[0-9A-Z]{16}"
+                r"|AIza[0-9A-Za-z_-]{30,}"
+                r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)"
+            ),
+            REDACTED,
+        ),
+    )
+
+
+_SECRET_KEY = re.compile(SECRET_NAME, re.I)
+_SECRET_SHAPES = _secret_shapes(SECRET_NAME)
+
+
+def configure_redaction(keys: Sequence[str] = (), patterns: Sequence[str] = ()) -> None:
+    """Add the owner's secret field names (`REDACT_KEYS`) and value regexes (`REDACT_PATTERNS`)."""
+    global _SECRET_KEY, _SECRET_SHAPES
+    names = SECRET_NAME if not keys else f"(?:{SECRET_NAME}|{'|'.join(re.escape(key) for key in keys)})"
+    _SECRET_KEY = re.compile(names, re.I)
+    extra = tuple((re.compile(pattern), REDACTED) for pattern in patterns)
+    _SECRET_SHAPES = _secret_shapes(names) + extra
+    is_secret_name.cache_clear()
+    _redact_short.cache_clear()
+
 
 # Absolute paths: /a/b (two segments or more, so "km/h" or "/s" stay), ~/x, C:\x.
 _PATH = re.compile(r"(?<![\w.:/\\~])(?:~|[A-Za-z]:)?[/\\](?:[\w.@%+-]+[/\\])+[\w.@%+-]*")

@@ -28,6 +28,7 @@ from ._idempotency import KEY_ARGUMENT, fingerprint
 from ._idempotent_call import StoreHandle, run_once
 from ._logs import get_logger
 from ._resilience import Attempts, Failure, classify, in_doubt_message, run_with_retries
+from ._resources import Resources
 from ._running import current_body
 from ._settings import CoreSettings
 from ._startup import exit_fatal
@@ -88,6 +89,7 @@ class ResilientServer(MCPServer[Any]):
         stats: CallStats,
         store: StoreHandle,
         strict: bool,
+        resources: Resources | None = None,
         **kwargs: Any,
     ) -> None:
         built = [build_tool(spec, strict=strict) for spec in specs]
@@ -96,6 +98,7 @@ class ResilientServer(MCPServer[Any]):
         self.app_settings = app_settings
         self.stats = stats
         self.store = store
+        self.resources = resources or Resources([], [])  # the owner's lifespans and dependency checks
         self.fatal_exit: FatalExit | None = None  # armed only when serving a transport
         self.scopes_enforced = False  # a tool's `scopes` apply with AUTH=oauth over HTTP
 
@@ -199,16 +202,30 @@ class ResilientServer(MCPServer[Any]):
         return result
 
     async def open_dependencies(self) -> None:
-        """The start-up checks that need the event loop: the idempotency store opens, or exit 78."""
+        """Start-up checks that need the event loop: the store and the owner's lifespans open,
+        the owner's dependency checks run once; a FatalError from any of them exits 78."""
         try:
             await self.store.get()
+            await self.resources.open()
+            await self.resources.check_at_startup()
         except FatalError as exc:
             exit_fatal(exc)
 
-    async def check_dependencies(self) -> None:
-        """Open and close every dependency once, as `check` does; exit 78 on failure."""
+    async def close_dependencies(self) -> None:
+        """The owner's lifespans close (last opened first), then the store."""
+        try:
+            await self.resources.close()
+        finally:
+            await self.store.close()
+
+    async def check_dependencies(self) -> dict[str, Any]:
+        """Open every dependency, report health_check once, close them (`check`); exit 78 on failure."""
         await self.open_dependencies()
-        await self.store.close()
+        try:
+            report: dict[str, Any] = (await self.served["health_check"].spec.fn()).model_dump(mode="json")
+            return report
+        finally:
+            await self.close_dependencies()
 
     async def serve_stdio(self, pipes: ProtocolPipes) -> None:
         """Serve JSON-RPC on the pipes `claim_stdio` set aside, driven from the event loop."""
@@ -220,7 +237,7 @@ class ResilientServer(MCPServer[Any]):
                 lowlevel = self._lowlevel_server
                 await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
         finally:
-            await self.store.close()
+            await self.close_dependencies()
 
     async def serve_http(self, host: str, port: int) -> None:
         """Streamable HTTP on /mcp; a fatal call is answered, then the process exits."""
@@ -232,4 +249,4 @@ class ResilientServer(MCPServer[Any]):
         try:
             await serve_http(self, host, port)
         finally:
-            await self.store.close()
+            await self.close_dependencies()

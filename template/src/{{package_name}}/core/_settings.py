@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -72,6 +73,34 @@ class CoreSettings(BaseSettings):
     http_read_timeout_s: float = Field(
         30.0, gt=0, description="a request's headers and body must arrive within this"
     )
+
+    # Which tools this deployment declares (health_check always), and what else stays secret.
+    read_only: bool = Field(False, description="declare only read_only tools (and health_check)")
+    tools_allow: CommaList = Field(
+        default_factory=list, description="tool names or globs to declare (empty: all)"
+    )
+    tools_deny: CommaList = Field(default_factory=list, description="tool names or globs to hide")
+    redact_keys: CommaList = Field(
+        default_factory=list, description="more field names whose values are secrets (log keys, name=value)"
+    )
+    redact_patterns: CommaList = Field(
+        default_factory=list, description="more regexes whose matches are redacted (write a comma as \\x2c)"
+    )
+
+    @field_validator("tools_allow", "tools_deny", "redact_keys", "redact_patterns", mode="before")
+    @classmethod
+    def _split_owner_lists(cls, value: object) -> object:
+        return cls._split_commas(value)
+
+    @field_validator("redact_patterns", mode="after")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {exc}") from None
+        return patterns
 
     @field_validator("allowed_hosts", "allowed_origins", "oauth_required_scopes", mode="before")
     @classmethod

@@ -1,0 +1,67 @@
+"""The generated README's examples: the "Add a tool" snippet passes the project's own checks when
+pasted into a tools module, and no example tool is named like a tool the core's tests declare."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .answers import MATRIX, answers
+from .gitrepo import REPO_ROOT
+from .project_env import ProjectEnv
+
+TEMPLATE = REPO_ROOT / "template"
+# An entry whose environment the generated tests create anyway, with a package name of its own.
+ENTRY = "bsd-weather-names"
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def python_blocks(readme: str) -> list[str]:
+    return PYTHON_BLOCK.findall(readme)
+
+
+def add_a_tool_snippet(readme: str) -> str:
+    section = readme.split("\n## Add a tool\n", 1)[1].split("\n## ", 1)[0]
+    (snippet,) = python_blocks(section)
+    return snippet
+
+
+def example_tool_names(readme: str) -> set[str]:
+    return {
+        name
+        for block in python_blocks(readme)
+        for name in re.findall(r"@tool.*\n(?:async )?def (\w+)", block)
+    }
+
+
+def test_the_readme_examples_have_tools_with_names_no_core_test_declares() -> None:
+    names = example_tool_names((TEMPLATE / "README.md.jinja").read_text(encoding="utf-8"))
+    assert "parcel_quote" in names
+    # An owner who pastes an example keeps it: a core test declaring the same name would then fail.
+    for path in sorted((TEMPLATE / "tests").rglob("*")):
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            for name in names:
+                assert not re.search(rf"\b{name}\b", text), f"{name} from README.md is used in {path}"
+
+
+@pytest.mark.generated
+def test_the_add_a_tool_snippet_passes_ruff_and_mypy_in_a_tools_module(
+    project_env: Callable[[str], ProjectEnv], tmp_path: Path
+) -> None:
+    env = project_env(ENTRY)
+    package = answers(**MATRIX[ENTRY])["package_name"]
+    snippet = add_a_tool_snippet((env.project / "README.md").read_text(encoding="utf-8"))
+    # A copy: the rendered project is shared by other tests, which import every module in tools/.
+    project = tmp_path / "project"
+    shutil.copytree(env.project, project, ignore=shutil.ignore_patterns(".venv", ".git", ".mypy_cache"))
+    module = project / "src" / package / "tools" / "readme_example.py"
+    module.write_text(f'"""The README\'s example."""\n\n{snippet}', encoding="utf-8")
+    copy = ProjectEnv(project, env.venv)
+    copy.run("ruff", "check", str(module))
+    copy.run("ruff", "format", "--check", str(module))
+    copy.run("mypy", "--strict", str(module))
