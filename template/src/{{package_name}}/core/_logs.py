@@ -3,10 +3,16 @@
 
 Configured before `MCPServer` is built, so the SDK's own `logging.basicConfig`
 finds a handler on the root logger and leaves it alone.
+
+The one line per tool call is written by `log_call`, not through the processor chain:
+its fields are known (only the tool name and the caller's subject can come from
+outside, so only they are redacted) and it is the one line on every call's path.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
 import logging
 import sys
 from collections.abc import MutableMapping
@@ -15,8 +21,9 @@ from typing import Any, TextIO, cast
 import structlog
 
 from ._redaction import REDACTED, is_secret_name, redact_text
+from ._running import current_call
 
-__all__ = ["REDACTED", "configure_logging", "get_logger", "redact_secrets"]
+__all__ = ["REDACTED", "configure_logging", "get_logger", "log_call", "redact_secrets"]
 
 # Fields the core fills with values it made itself (never a secret): skipped on the hot path.
 _OWN_FIELDS = frozenset({"timestamp", "level", "correlation_id", "outcome", "category", "logger"})
@@ -37,6 +44,53 @@ def redact_secrets(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mut
     return event_dict
 
 
+def add_call_fields(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """Give a line logged during a tool call (the owner's too) that call's id and tool."""
+    call = current_call()
+    if call is not None and call.correlation_id:
+        event_dict.setdefault("correlation_id", call.correlation_id)
+        event_dict.setdefault("tool", call.tool)
+    return event_dict
+
+
+_UTC = datetime.UTC
+_encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
+_call_lines = True  # whether the level lets info lines through; set by configure_logging
+
+
+def log_call(
+    tool: str,
+    correlation_id: str,
+    outcome: str,
+    category: str | None,
+    duration_ms: float,
+    attempts: int,
+    subject: str | None,
+) -> None:
+    """The line every tool call gets, as the processor chain would render it, in a few microseconds.
+
+    `tool` must already be safe to log (a declared name, or a client's text redacted).
+    """
+    if not _call_lines:
+        return
+    line: dict[str, Any] = {
+        "event": "tool_call",
+        "tool": tool,
+        "correlation_id": correlation_id,
+        "outcome": outcome,
+        "category": category,
+        "duration_ms": duration_ms,
+        "attempts": attempts,
+    }
+    if subject is not None:
+        line["subject"] = redact_text(subject)
+    line["level"] = "info"
+    line["timestamp"] = datetime.datetime.now(_UTC).isoformat().replace("+00:00", "Z")
+    stream = sys.stderr
+    stream.write(_encode(line) + "\n")
+    stream.flush()
+
+
 class _CurrentStderr:
     """Writes to whatever `sys.stderr` is now: loggers are cached, the stream may be swapped."""
 
@@ -49,9 +103,12 @@ class _CurrentStderr:
 
 def configure_logging(level: str = "info") -> None:
     """Route structlog and the standard library (the SDK, uvicorn) to one JSON stream on stderr."""
+    global _call_lines
     numeric_level = logging.getLevelNamesMapping()[level.upper()]
+    _call_lines = numeric_level <= logging.INFO
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
+        add_call_fields,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
