@@ -85,7 +85,9 @@ def build_tool(spec: ToolSpec, *, strict: bool) -> tuple[Tool, ServedTool]:
     tool.parameters = without_titles(tool.parameters)
     if strict:
         tool.parameters = harden_schema(tool.parameters)
-    if tool.fn_metadata.output_schema is not None:  # read live by tools/list (Tool.output_schema)
+    if spec.output_schema is not None:  # read live by tools/list (Tool.output_schema)
+        tool.fn_metadata.output_schema = dict(spec.output_schema)
+    elif tool.fn_metadata.output_schema is not None:
         tool.fn_metadata.output_schema = without_titles(tool.fn_metadata.output_schema)
     validator = ArgumentValidator(tool.parameters, tool.fn_metadata, strict=strict)
     return tool, ServedTool(spec, validator, tool)

@@ -9,7 +9,7 @@ servers in one process never registers a tool twice.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
@@ -38,6 +38,7 @@ class ToolSpec:
     timeout_s: float | None = None
     reconcile: Reconcile | None = None
     scopes: tuple[str, ...] = ()
+    output_schema: Mapping[str, Any] | None = None  # the core's own tools: instead of pydantic's
 
     @property
     def description(self) -> str:
