@@ -14,7 +14,7 @@ call, and one log line rendered without the processor chain.
 from __future__ import annotations
 
 import functools
-import os
+import random
 import time
 from dataclasses import dataclass
 from typing import Any, cast
@@ -137,7 +137,7 @@ class ResilientServer(MCPServer[Any]):
         served = self.served.get(name)
         # A declared name is the owner's; any other came from the client and may hold anything.
         tool = name if served is not None else redact_text(name[:_NAME_IN_LOG])
-        call = Call(os.urandom(8).hex(), tool)  # 16 hex digits, cheaper than a UUID
+        call = Call(f"{random.getrandbits(64):016x}", tool)  # 16 hex digits, no system call per call
         correlation_id = call.correlation_id
         stats = self.stats
         stats.in_flight += 1
