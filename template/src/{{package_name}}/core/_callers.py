@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from mcp.server.auth.middleware.auth_context import get_access_token
 
 
-def caller() -> dict[str, str]:
-    """`{"subject": ...}` for an authenticated HTTP call; empty over stdio or without auth."""
+def caller() -> str | None:
+    """The subject of an authenticated HTTP call's token; None over stdio or without auth."""
     token = get_access_token()
     if token is None:
-        return {}
-    return {"subject": token.subject or token.client_id}
+        return None
+    return token.subject or token.client_id
 
 
 def missing_scopes(required: Sequence[str]) -> list[str]:

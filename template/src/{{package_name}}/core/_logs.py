@@ -3,20 +3,27 @@
 
 Configured before `MCPServer` is built, so the SDK's own `logging.basicConfig`
 finds a handler on the root logger and leaves it alone.
+
+The one line per tool call is written by `log_call`, not through the processor chain:
+its fields are known (only the tool name and the caller's subject can come from
+outside, so only they are redacted) and it is the one line on every call's path.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import MutableMapping
+from json.encoder import encode_basestring_ascii as _quote
 from typing import Any, TextIO, cast
 
 import structlog
 
 from ._redaction import REDACTED, is_secret_name, redact_text
+from ._running import current_call
 
-__all__ = ["REDACTED", "configure_logging", "get_logger", "redact_secrets"]
+__all__ = ["REDACTED", "configure_logging", "get_logger", "log_call", "redact_secrets"]
 
 # Fields the core fills with values it made itself (never a secret): skipped on the hot path.
 _OWN_FIELDS = frozenset({"timestamp", "level", "correlation_id", "outcome", "category", "logger"})
@@ -37,6 +44,55 @@ def redact_secrets(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mut
     return event_dict
 
 
+def add_call_fields(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """Give a line logged during a tool call (the owner's too) that call's id and tool."""
+    call = current_call()
+    if call is not None and call.correlation_id:
+        event_dict.setdefault("correlation_id", call.correlation_id)
+        event_dict.setdefault("tool", call.tool)
+    return event_dict
+
+
+_call_lines = True  # whether the level lets info lines through; set by configure_logging
+_second: tuple[int, str] = (0, "")  # the last whole second seen, as ISO text: one strftime a second
+
+
+def _timestamp() -> str:
+    """Now in UTC as `TimeStamper(fmt="iso", utc=True)` writes it, with the date part cached."""
+    global _second
+    now = time.time()
+    whole = int(now)
+    if whole != _second[0]:
+        _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return f"{_second[1]}.{int((now - whole) * 1_000_000):06d}Z"
+
+
+def log_call(
+    tool: str,
+    correlation_id: str,
+    outcome: str,
+    category: str | None,
+    duration_ms: float,
+    attempts: int,
+    subject: str | None,
+) -> None:
+    """The line every tool call gets: the fields the processor chain would give it, in a microsecond.
+
+    `tool` must already be safe to log (a declared name, or a client's text redacted);
+    `correlation_id`, `outcome` and `category` are the core's own words.
+    """
+    if not _call_lines:
+        return
+    who = "" if subject is None else f',"subject":{_quote(redact_text(subject))}'
+    category_json = "null" if category is None else f'"{category}"'
+    sys.stderr.write(
+        f'{{"event":"tool_call","tool":{_quote(tool)},"correlation_id":"{correlation_id}",'
+        f'"outcome":"{outcome}","category":{category_json},"duration_ms":{duration_ms!r},'
+        f'"attempts":{attempts}{who},"level":"info","timestamp":"{_timestamp()}"}}\n'
+    )
+    sys.stderr.flush()
+
+
 class _CurrentStderr:
     """Writes to whatever `sys.stderr` is now: loggers are cached, the stream may be swapped."""
 
@@ -49,9 +105,12 @@ class _CurrentStderr:
 
 def configure_logging(level: str = "info") -> None:
     """Route structlog and the standard library (the SDK, uvicorn) to one JSON stream on stderr."""
+    global _call_lines
     numeric_level = logging.getLevelNamesMapping()[level.upper()]
+    _call_lines = numeric_level <= logging.INFO
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
+        add_call_fields,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]

@@ -7,6 +7,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
@@ -139,7 +140,8 @@ class Attempts:
 
 
 async def run_with_retries(
-    attempt: Callable[[], Awaitable[CallToolResult]],
+    attempt: Callable[..., Awaitable[CallToolResult]],
+    args: tuple[Any, ...],
     outcome: Attempts,
     *,
     tool_name: str,
@@ -149,7 +151,7 @@ async def run_with_retries(
     max_attempts: int,
     max_total_s: float,
 ) -> None:
-    """Run `attempt` until it succeeds, fails for good, or the retry bounds are spent.
+    """Run `attempt(*args)` until it succeeds, fails for good, or the retry bounds are spent.
 
     Only failures that `may_retry` accepts are retried; attempts and the total time
     (including the waits, never shorter than a `retry_after` hint) are both bounded.
@@ -160,7 +162,7 @@ async def run_with_retries(
     while True:
         outcome.count += 1
         try:
-            outcome.result = await attempt()
+            outcome.result = await attempt(*args)
             outcome.failure = None
             return
         except (anyio.get_cancelled_exc_class(), MCPError):

@@ -6,6 +6,10 @@ body (a call that never did can safely run again), and a sync tool running in a 
 thread cannot be cancelled: past its time limit the thread is abandoned and goes on
 until it returns. `cancelled()` lets such a tool notice and stop early; the abandoned
 threads are counted (health_check shows them) and bounded.
+
+Everything a call carries through its tasks and threads (its correlation id and tool
+name for log lines, the body of the attempt running now) lives in one `Call` object in
+one context variable: one lookup and one set per call, however many layers read it.
 """
 
 from __future__ import annotations
@@ -13,11 +17,21 @@ from __future__ import annotations
 import threading
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar, Token
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 MAX_ABANDONED_THREADS = 16  # past this, new sync calls are refused until some finish
 
-_BODY: ContextVar[Body | None] = ContextVar("tool_body", default=None)
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """The tool call being served: what its log lines and its tool body need."""
+
+    correlation_id: str
+    tool: str
+    body: Body | None = None
+
+
+_CALL: ContextVar[Call | None] = ContextVar("tool_call", default=None)
 
 
 def cancelled() -> bool:
@@ -28,8 +42,8 @@ def cancelled() -> bool:
     longer delivered, and a side-effecting call stays `in_doubt`. Async tools are
     cancelled outright; for them this is always False.
     """
-    body = _BODY.get()
-    return body is not None and body.stop.is_set()
+    call = _CALL.get()
+    return call is not None and call.body is not None and call.body.stop.is_set()
 
 
 @dataclass
@@ -87,14 +101,33 @@ def abandoned_threads() -> int:
     return _ABANDONED.count
 
 
+def current_call() -> Call | None:
+    return _CALL.get()
+
+
+def enter_call(call: Call) -> Token[Call | None]:
+    """Make `call` the current one; returns the token for `leave_call`."""
+    return _CALL.set(call)
+
+
+def leave_call(token: Token[Call | None]) -> None:
+    _CALL.reset(token)
+
+
 def current_body() -> Body | None:
-    return _BODY.get()
+    call = _CALL.get()
+    return call.body if call is not None else None
 
 
-def set_body(body: Body | None) -> Token[Body | None]:
-    """Make `body` the current call's; returns the token for `reset_body`."""
-    return _BODY.set(body)
+def set_body(body: Body | None) -> Token[Call | None]:
+    """Make `body` the current call's; returns the token for `reset_body`.
+
+    A new `Call` rather than a changed one: a worker thread runs in a copy of this
+    context and must keep seeing its own body after the call moves on.
+    """
+    call = _CALL.get()
+    return _CALL.set(replace(call, body=body) if call is not None else Call("", "", body))
 
 
-def reset_body(token: Token[Body | None]) -> None:
-    _BODY.reset(token)
+def reset_body(token: Token[Call | None]) -> None:
+    _CALL.reset(token)

@@ -4,20 +4,33 @@
 `call_tool` is the verified seam: it receives the tool's own exception (as the
 `__cause__` of the SDK's ToolError), so here each call is validated, bounded in
 time, retried when safe, classified, counted and logged in one line.
+
+It runs on every call, so it does each thing once: one validation (the tool is then
+called with the validated arguments, the SDK does not validate them again), one
+cancel scope for the time limit around all attempts, one context variable for the
+call, and one log line rendered without the processor chain.
 """
 
 from __future__ import annotations
 
-import os
+import functools
+import random
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
-import structlog
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import (
+    ResourceError,
+    ToolError,
+    UnexpectedResourceError,
+    UnexpectedToolError,
+)
 from mcp.server.mcpserver.tools import Tool
+from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, InputRequiredResult
+from pydantic import BaseModel
 
 from ._callers import caller, forbidden_message, missing_scopes
 from ._entrypoints import entrypoint
@@ -26,16 +39,17 @@ from ._fatal_exit import FatalExit
 from ._health import CallStats
 from ._idempotency import KEY_ARGUMENT, fingerprint
 from ._idempotent_call import StoreHandle, run_once
-from ._logs import get_logger
+from ._logs import get_logger, log_call
+from ._redaction import redact_text
 from ._resilience import Attempts, Failure, classify, in_doubt_message, run_with_retries
 from ._resources import Resources
-from ._running import current_body
+from ._running import Call, current_body, enter_call, leave_call
 from ._settings import CoreSettings
 from ._startup import exit_fatal
 from ._stdio_guard import ProtocolPipes
 from ._stdio_transport import open_stdio
 from ._tool import ToolSpec
-from ._validation import ArgumentValidator, harden_schema, unknown_tool_message
+from ._validation import ArgumentValidator, harden_schema, unknown_tool_message, without_titles
 
 log = get_logger(__name__)
 LEASE_MARGIN_S = 30.0  # a claim outlives the call's time limit by this much before it is in doubt
@@ -46,10 +60,21 @@ _NAME_IN_LOG = 100  # a client may send any name; the log keeps this much of it
 class ServedTool:
     spec: ToolSpec
     validator: ArgumentValidator
+    tool: Tool
+
+    def may_retry(self, failure: Failure) -> bool:
+        if failure.category != "transient":
+            return False
+        # A side-effecting tool's own TransientError promises nothing was applied.
+        spec = self.spec
+        return spec.safe_to_repeat or (spec.side_effect and isinstance(failure.error, TransientError))
 
 
 def build_tool(spec: ToolSpec, *, strict: bool) -> tuple[Tool, ServedTool]:
-    """The SDK Tool for a spec (schema hardened when strict) and what the seam needs to serve it."""
+    """The SDK Tool for a spec (schema hardened when strict) and what the seam needs to serve it.
+
+    Advertised schemas lose pydantic's generated titles: they cost bytes on every tools/list.
+    """
     tool = Tool.from_function(
         entrypoint(spec),
         name=spec.name,
@@ -57,10 +82,15 @@ def build_tool(spec: ToolSpec, *, strict: bool) -> tuple[Tool, ServedTool]:
         description=spec.description,
         annotations=spec.annotations(),
     )
+    tool.parameters = without_titles(tool.parameters)
     if strict:
         tool.parameters = harden_schema(tool.parameters)
-    validator = ArgumentValidator(tool.parameters, tool.fn_metadata, strict=strict, always=spec.side_effect)
-    return tool, ServedTool(spec, validator)
+    if spec.output_schema is not None:  # read live by tools/list (Tool.output_schema)
+        tool.fn_metadata.output_schema = dict(spec.output_schema)
+    elif tool.fn_metadata.output_schema is not None:
+        tool.fn_metadata.output_schema = without_titles(tool.fn_metadata.output_schema)
+    validator = ArgumentValidator(tool.parameters, tool.fn_metadata, strict=strict)
+    return tool, ServedTool(spec, validator, tool)
 
 
 def _past_time_limit(spec: ToolSpec, timeout_s: float) -> Failure:
@@ -106,34 +136,36 @@ class ResilientServer(MCPServer[Any]):
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
         started = time.perf_counter()
-        correlation_id = os.urandom(8).hex()  # 16 hex digits, cheaper than a UUID
-        self.stats.in_flight += 1
-        # bind/reset rather than bound_contextvars: a plain call costs less on every tool call.
-        tool = name[:_NAME_IN_LOG]
-        tokens = structlog.contextvars.bind_contextvars(correlation_id=correlation_id, tool=tool)
+        served = self.served.get(name)
+        # A declared name is the owner's; any other came from the client and may hold anything.
+        tool = name if served is not None else redact_text(name[:_NAME_IN_LOG])
+        call = Call(f"{random.getrandbits(64):016x}", tool)  # 16 hex digits, no system call per call
+        correlation_id = call.correlation_id
+        stats = self.stats
+        stats.in_flight += 1
+        token = enter_call(call)
         try:
-            outcome = await self._call(name, arguments, context, correlation_id)
+            outcome = await self._call(served, name, arguments, context, correlation_id)
         except Exception as exc:  # a bug in this layer or a store: still an answer, never a leak
             outcome = Attempts(failure=classify(exc, name, correlation_id))
         finally:
-            structlog.contextvars.reset_contextvars(**tokens)
-            self.stats.in_flight -= 1
-            self.stats.calls += 1
+            leave_call(token)
+            stats.in_flight -= 1
+            stats.calls += 1
         failure = outcome.failure
-        log.info(
-            "tool_call",
-            tool=tool,
-            correlation_id=correlation_id,
-            outcome="error" if failure else "replayed" if outcome.replayed else "ok",
-            category=failure.category if failure else None,
-            duration_ms=round((time.perf_counter() - started) * 1000, 2),
-            attempts=outcome.count,
-            **caller(),
+        log_call(
+            tool,
+            correlation_id,
+            "error" if failure else "replayed" if outcome.replayed else "ok",
+            failure.category if failure else None,
+            round((time.perf_counter() - started) * 1000, 2),
+            outcome.count,
+            caller(),
         )
         if failure is None:
             assert outcome.result is not None
             return outcome.result
-        self.stats.errors[failure.category] += 1
+        stats.errors[failure.category] += 1
         if failure.category in ("internal", "fatal"):
             log.error("tool_failed", tool=tool, correlation_id=correlation_id, exc_info=failure.error)
         if failure.category == "fatal" and self.fatal_exit is not None:
@@ -141,46 +173,28 @@ class ResilientServer(MCPServer[Any]):
         return failure.result(correlation_id)
 
     async def _call(
-        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None, correlation_id: str
+        self,
+        served: ServedTool | None,
+        name: str,
+        arguments: dict[str, Any],
+        context: Context[Any, Any] | None,
+        correlation_id: str,
     ) -> Attempts:
-        served = self.served.get(name)
         if served is None:
             return Attempts(failure=Failure.refusal("unknown_tool", unknown_tool_message(name, self.served)))
-        if served.spec.scopes and self.scopes_enforced:
-            missing = missing_scopes(served.spec.scopes)
+        spec = served.spec
+        if spec.scopes and self.scopes_enforced:
+            missing = missing_scopes(spec.scopes)
             if missing:
                 return Attempts(failure=Failure.refusal("forbidden", forbidden_message(name, missing)))
         problem, validated = served.validator.check(arguments)
         if problem is not None:
             return Attempts(failure=Failure.refusal("invalid_input", problem))
-        spec, settings = served.spec, self.app_settings
-        timeout_s = spec.timeout_s or settings.tool_timeout_s
-
-        def may_retry(failure: Failure) -> bool:
-            if failure.category != "transient":
-                return False
-            # A side-effecting tool's own TransientError promises nothing was applied.
-            return spec.safe_to_repeat or (spec.side_effect and isinstance(failure.error, TransientError))
-
-        async def run(outcome: Attempts) -> Attempts:
-            with anyio.move_on_after(timeout_s):
-                await run_with_retries(
-                    lambda: self._run_tool(name, arguments, context),
-                    outcome,
-                    tool_name=name,
-                    correlation_id=correlation_id,
-                    side_effect=spec.side_effect,
-                    may_retry=may_retry,
-                    max_attempts=settings.retry_max_attempts,
-                    max_total_s=settings.retry_max_s,
-                )
-                return outcome
-            outcome.failure = _past_time_limit(spec, timeout_s)
-            return outcome
-
+        assert validated is not None
+        timeout_s = spec.timeout_s or self.app_settings.tool_timeout_s
+        attempt = (served.tool, arguments, validated, context)  # what each attempt is called with
         if not spec.side_effect:
-            return await run(Attempts())
-        assert validated is not None  # side-effect tools are always validated first
+            return await self._run(served, attempt, correlation_id, timeout_s, Attempts())
         canonical = validated.model_dump(mode="json", by_alias=True)
         return await run_once(
             await self.store.get(),
@@ -189,16 +203,64 @@ class ResilientServer(MCPServer[Any]):
             fingerprint=fingerprint(canonical),
             lease_s=timeout_s + LEASE_MARGIN_S,
             correlation_id=correlation_id,
-            run=run,
+            run=functools.partial(self._run, served, attempt, correlation_id, timeout_s),
             reconcile=spec.reconcile,
         )
 
+    async def _run(
+        self,
+        served: ServedTool,
+        attempt: tuple[Tool, dict[str, Any], BaseModel, Context[Any, Any] | None],
+        correlation_id: str,
+        timeout_s: float,
+        outcome: Attempts,
+    ) -> Attempts:
+        """Every attempt at the call, all inside the one time limit."""
+        settings = self.app_settings
+        with anyio.move_on_after(timeout_s):
+            await run_with_retries(
+                self._run_tool,
+                attempt,
+                outcome,
+                tool_name=served.spec.name,
+                correlation_id=correlation_id,
+                side_effect=served.spec.side_effect,
+                may_retry=served.may_retry,
+                max_attempts=settings.retry_max_attempts,
+                max_total_s=settings.retry_max_s,
+            )
+            return outcome
+        outcome.failure = _past_time_limit(served.spec, timeout_s)
+        return outcome
+
     async def _run_tool(
-        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None
+        self, tool: Tool, arguments: dict[str, Any], validated: BaseModel, context: Context[Any, Any] | None
     ) -> CallToolResult:
-        result = await super().call_tool(name, arguments, context)
+        """One attempt: what the SDK's `Tool.run` does, with the arguments the core validated.
+
+        Failures are raised as `Tool.run` raises them (ToolError, or UnexpectedToolError
+        for a crash, with the tool's exception as `__cause__`), so `classify` reads both alike.
+        """
+        if context is None and (tool.context_kwarg is not None or tool.resolved_params):
+            context = Context(mcp_server=self, subscriptions=self._subscriptions)
+        if tool.resolved_params:  # Resolve(...) parameters: only the SDK's own path fills them
+            result = await tool.run(arguments, cast(Context[Any, Any], context), convert_result=True)
+        else:
+            kwargs = validated.model_dump_one_level()  # type: ignore[attr-defined]
+            if tool.context_kwarg is not None:
+                kwargs[tool.context_kwarg] = context
+            try:
+                result = tool.fn_metadata.convert_result(await tool.fn(**kwargs))
+            except MCPError:
+                raise  # a protocol error the tool raised on purpose
+            except (UnexpectedToolError, UnexpectedResourceError) as exc:  # a nested call crashed
+                raise UnexpectedToolError(f"Error executing tool {tool.name}: {exc}") from exc
+            except (ToolError, ResourceError) as exc:
+                raise ToolError(f"Error executing tool {tool.name}: {exc}") from exc
+            except Exception as exc:
+                raise UnexpectedToolError(f"Error executing tool {tool.name}") from exc
         if not isinstance(result, CallToolResult):  # InputRequiredResult: not used by this core
-            raise TypeError(f"tool {name} asked for client input, which this server does not support")
+            raise TypeError(f"tool {tool.name} asked for client input, which this server does not support")
         return result
 
     async def open_dependencies(self) -> None:

@@ -9,7 +9,7 @@ servers in one process never registers a tool twice.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
@@ -38,6 +38,7 @@ class ToolSpec:
     timeout_s: float | None = None
     reconcile: Reconcile | None = None
     scopes: tuple[str, ...] = ()
+    output_schema: Mapping[str, Any] | None = None  # the core's own tools: instead of pydantic's
 
     @property
     def description(self) -> str:
@@ -52,15 +53,22 @@ class ToolSpec:
         """
         return self.read_only or self.idempotent
 
-    def annotations(self) -> ToolAnnotations:
-        return ToolAnnotations(
-            title=self.title,
-            read_only_hint=self.read_only,
+    def annotations(self) -> ToolAnnotations | None:
+        """The hints that differ from the spec's defaults; the defaults cost bytes on every tools/list.
+
+        The spec's defaults: not read-only, destructive, not idempotent, open world;
+        destructive and idempotent mean something only for a tool that is not read-only.
+        The title is the tool's own `title`, not repeated here.
+        """
+        acts = not self.read_only
+        annotations = ToolAnnotations(
+            read_only_hint=True if self.read_only else None,
+            destructive_hint=False if acts and self.destructive is False else None,
             # A side-effecting tool runs behind the idempotency table: repeats are harmless.
-            idempotent_hint=self.safe_to_repeat or self.side_effect,
-            destructive_hint=False if self.read_only else self.destructive,
-            open_world_hint=self.open_world,
+            idempotent_hint=True if acts and (self.idempotent or self.side_effect) else None,
+            open_world_hint=False if self.open_world is False else None,
         )
+        return annotations if annotations.model_dump(exclude_none=True) else None
 
 
 @overload

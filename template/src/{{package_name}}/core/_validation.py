@@ -50,17 +50,47 @@ def harden_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return hardened
 
 
+# Schema keywords whose values are data, not schemas: a "title" key inside them is the owner's.
+_DATA_KEYWORDS = frozenset({"default", "examples", "const", "enum"})
+# Keywords whose values map names to schemas: the names are property names, never keywords.
+_NAMED_SCHEMAS = frozenset({"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"})
+
+
+def without_titles(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema without pydantic's generated `title`s ("City", "forecastArguments", ...).
+
+    They repeat the property or function name on every tools/list; a property that is
+    itself called `title` stays.
+    """
+
+    def visit(node: Any) -> Any:
+        if isinstance(node, list):
+            return [visit(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        trimmed: dict[str, Any] = {}
+        for key, value in node.items():
+            if key == "title" and isinstance(value, str):
+                continue
+            if key in _DATA_KEYWORDS:
+                trimmed[key] = value
+            elif key in _NAMED_SCHEMAS and isinstance(value, dict):
+                trimmed[key] = {name: visit(item) for name, item in value.items()}
+            else:
+                trimmed[key] = visit(value)
+        return trimmed
+
+    result: dict[str, Any] = visit(schema)
+    return result
+
+
 class ArgumentValidator:
     """Checks one tool's arguments against its schema and its pydantic argument model."""
 
-    def __init__(
-        self, schema: dict[str, Any], metadata: FuncMetadata, *, strict: bool, always: bool = False
-    ) -> None:
-        """`always`: validate even in lax mode (the tool claims an idempotency key first)."""
+    def __init__(self, schema: dict[str, Any], metadata: FuncMetadata, *, strict: bool) -> None:
         self.schema = schema
         self.metadata = metadata
         self.strict = strict
-        self.always = always
         self._defs: dict[str, Any] = schema.get("$defs", {})
         # With no object-valued parameters, the top-level names are all a walk would check.
         properties = schema.get("properties", {})
@@ -70,8 +100,8 @@ class ArgumentValidator:
     def check(self, arguments: Mapping[str, Any]) -> tuple[str | None, BaseModel | None]:
         """(a message naming what is wrong, None) or (None, the validated arguments).
 
-        In lax mode, unless `always`, nothing is checked here (None, None): the SDK
-        validates leniently when it runs the tool.
+        The only validation a call gets: the tool is called with these arguments, and the
+        SDK's own (lenient) validation is not run again. Lax mode validates as the SDK would.
         """
         model = self.metadata.arg_model
         try:
@@ -81,13 +111,11 @@ class ArgumentValidator:
                 if unknown:
                     return "; ".join(unknown), None
                 return None, model.model_validate_json(to_json(arguments), strict=True)
-            if self.always:  # as leniently as the SDK will, so lax mode stays lax
-                return None, model.model_validate(self.metadata.pre_parse_json(dict(arguments)))
+            return None, model.model_validate(self.metadata.pre_parse_json(dict(arguments)))
         except ValidationError as exc:
             return describe_validation_error(exc), None
         except (TypeError, ValueError):  # not JSON-serialisable: cannot have come from a client
             return "arguments are not plain JSON values", None
-        return None, None
 
     def _resolve(self, node: Mapping[str, Any]) -> Mapping[str, Any]:
         ref = node.get("$ref")
