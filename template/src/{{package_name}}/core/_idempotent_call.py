@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, InputRequiredResult
 
 from ._errors import StoreUnavailableError
 from ._idempotency import Claim, IdempotencyStore
@@ -29,7 +29,7 @@ from ._tool import Reconcile, Reconciled
 
 log = get_logger(__name__)
 
-STORED = {"terminal", "partial"}  # the tool said how it ended: replay that
+STORED = {"terminal", "partial", "too_large"}  # the call ended and the model saw this: replay it
 FREED = {"invalid_input", "transient"}  # nothing happened: the key is new again
 RECONCILE_TIMEOUT_S = 10.0
 RECONCILED_NOTE = "settled by the tool's reconcile function"
@@ -70,7 +70,7 @@ async def run_once(
     finally:
         reset_body(token)
     await _record(store, tool, key, outcome, body, correlation_id)
-    if outcome.result is not None:
+    if isinstance(outcome.result, CallToolResult):
         outcome.result = _marked(outcome.result, key, replayed=False)
     return outcome
 
@@ -138,7 +138,9 @@ async def _record(
     final = outcome.result
     if outcome.failure is not None and category in STORED:
         final = outcome.failure.result(correlation_id)
-    if final is not None:
+    if isinstance(final, InputRequiredResult):  # asked the client first: the next round claims again
+        await _unfinished(store, tool, key, body, "asked the client for input")
+    elif final is not None:
         await _write(
             store.complete(tool, key, final.model_dump(mode="json", by_alias=True, exclude_none=True))
         )

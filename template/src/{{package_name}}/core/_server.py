@@ -28,7 +28,9 @@ from ._health import CallStats
 from ._idempotency import KEY_ARGUMENT, fingerprint
 from ._idempotent_call import StoreHandle, run_once
 from ._logs import get_logger
+from ._progress import with_heartbeat
 from ._resilience import Attempts, Failure, classify, in_doubt_message, run_with_retries
+from ._result_size import fit_result
 from ._running import current_body
 from ._settings import CoreSettings
 from ._startup import exit_fatal
@@ -110,7 +112,11 @@ class ResilientServer(MCPServer[Any]):
         tool = name[:_NAME_IN_LOG]
         tokens = structlog.contextvars.bind_contextvars(correlation_id=correlation_id, tool=tool)
         try:
-            outcome = await self._call(name, arguments, context, correlation_id)
+            outcome = await with_heartbeat(
+                lambda ctx: self._call(name, arguments, ctx, correlation_id),
+                context,
+                self.app_settings.progress_interval_s,
+            )
         except Exception as exc:  # a bug in this layer or a store: still an answer, never a leak
             outcome = Attempts(failure=classify(exc, name, correlation_id))
         finally:
@@ -163,7 +169,7 @@ class ResilientServer(MCPServer[Any]):
         async def run(outcome: Attempts) -> Attempts:
             with anyio.move_on_after(timeout_s):
                 await run_with_retries(
-                    lambda: self._run_tool(name, arguments, context),
+                    lambda: self._run_tool(spec, arguments, context),
                     outcome,
                     tool_name=name,
                     correlation_id=correlation_id,
@@ -192,12 +198,13 @@ class ResilientServer(MCPServer[Any]):
         )
 
     async def _run_tool(
-        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None
-    ) -> CallToolResult:
-        result = await super().call_tool(name, arguments, context)
-        if not isinstance(result, CallToolResult):  # InputRequiredResult: not used by this core
-            raise TypeError(f"tool {name} asked for client input, which this server does not support")
-        return result
+        self, spec: ToolSpec, arguments: dict[str, Any], context: Context[Any, Any] | None
+    ) -> CallToolResult | InputRequiredResult:
+        result = await super().call_tool(spec.name, arguments, context)
+        if isinstance(result, InputRequiredResult):  # asks the client (2026-07-28): the next round runs it
+            return result
+        limit = spec.max_result_bytes or self.app_settings.max_result_bytes
+        return fit_result(result, limit, spec.name, side_effect=spec.side_effect)
 
     async def open_dependencies(self) -> None:
         """The start-up checks that need the event loop: the idempotency store opens, or exit 78."""
