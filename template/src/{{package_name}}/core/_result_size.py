@@ -9,7 +9,6 @@ cannot be cut without breaking the schema the tool declared, so it becomes `too_
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from mcp.types import CallToolResult, TextContent
@@ -17,6 +16,7 @@ from mcp.types import CallToolResult, TextContent
 from ._errors import ResultTooLargeError
 
 MIN_RESULT_BYTES = 1000  # room for the note and a little text; below this every answer is a note
+_MEASURED = {"content", "structured_content"}
 _WRAPPED = "result"  # the SDK wraps a primitive return (`-> str`) as {"result": value}
 
 
@@ -31,6 +31,8 @@ def fit_result(
     """
     texts = _texts_only(result)
     if texts is not None:
+        if sum(map(len, texts)) * 4 <= limit:  # UTF-8 takes at most 4 bytes a character: no need to encode
+            return result
         size = sum(len(text.encode()) for text in texts)
         return result if size <= limit else _cut(result, texts, size, limit)
     size = _wire_size(result)
@@ -89,7 +91,5 @@ def _note(cut: int, size: int, limit: int) -> str:
 
 def _wire_size(result: CallToolResult) -> int:
     """Bytes of the content and structured content as the SDK writes them (compact JSON, UTF-8)."""
-    wire = result.model_dump(
-        mode="json", by_alias=True, exclude_none=True, include={"content", "structured_content"}
-    )
-    return len(json.dumps(wire, separators=(",", ":"), ensure_ascii=False).encode())
+    serializer = type(result).__pydantic_serializer__  # bytes straight from pydantic-core: no str copy
+    return len(serializer.to_json(result, by_alias=True, exclude_none=True, include=_MEASURED))
