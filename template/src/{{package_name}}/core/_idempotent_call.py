@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, InputRequiredResult
 
 from ._errors import StoreUnavailableError
@@ -66,6 +67,9 @@ async def run_once(
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True):
             await _unfinished(store, tool, key, body, "the call was cancelled")
+        raise
+    except MCPError:  # e.g. the client cannot answer a question the tool must ask first
+        await _unfinished(store, tool, key, body, "a protocol error during the call")
         raise
     finally:
         reset_body(token)
