@@ -40,9 +40,9 @@ def fit_result(
         return result
     done = " The call itself completed: do not repeat it to get the result." if side_effect else ""
     raise ResultTooLargeError(
-        f"{tool_name} returned {size} bytes, over the limit of {limit} bytes for one result; structured "
-        f"content is not cut, as that would break its schema.{done} Ask for less: narrow the query, "
-        "request fewer items or one page at a time, or ask for a summary"
+        f"{tool_name} returned {size} bytes, over the limit of {limit} bytes for one result; only text "
+        f"is cut, as cutting structured content would break its schema.{done} Ask for less: narrow the "
+        "query, request fewer items or one page at a time, or ask for a summary"
     )
 
 
