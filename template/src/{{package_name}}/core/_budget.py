@@ -63,6 +63,7 @@ class ToolCost:
     name: str
     bytes: int
     problems: tuple[str, ...] = ()
+    output_schema_bytes: int = 0  # part of `bytes`: what the declared return type costs
 
     @property
     def tokens(self) -> int:
@@ -96,13 +97,24 @@ class BudgetReport:
 
     def table(self) -> str:
         """The figures per tool, the totals against the budget, and the verdict."""
-        rows = [("tool", "bytes", "~tokens", "problems")]
+        rows = [("tool", "bytes", "~tokens", "outputSchema", "problems")]
         for tool in self.tools:
             problems = tool.problems or ("-",)
-            rows.append((tool.name, str(tool.bytes), str(tool.tokens), problems[0]))
-            rows.extend(("", "", "", problem) for problem in problems[1:])
-        rows.append((f"total ({len(self.tools)} tools)", str(self.total_bytes), str(self.total_tokens), ""))
-        rows.append((f"budget ({self.budget.max_tools} tools)", str(self.budget.max_list_bytes), "", ""))
+            rows.append(
+                (tool.name, str(tool.bytes), str(tool.tokens), str(tool.output_schema_bytes), problems[0])
+            )
+            rows.extend(("", "", "", "", problem) for problem in problems[1:])
+        output_bytes = sum(tool.output_schema_bytes for tool in self.tools)
+        rows.append(
+            (
+                f"total ({len(self.tools)} tools)",
+                str(self.total_bytes),
+                str(self.total_tokens),
+                str(output_bytes),
+                "",
+            )
+        )
+        rows.append((f"budget ({self.budget.max_tools} tools)", str(self.budget.max_list_bytes), "", "", ""))
         name_width = max(len(row[0]) for row in rows)
         bytes_width = max(len(row[1]) for row in rows)
         verdict = self.over_budget
@@ -111,8 +123,12 @@ class BudgetReport:
         return "\n".join(
             [
                 f"tools/list budget of {SLUG} ({self.budget.source})",
-                *(f"{a:<{name_width}}  {b:>{bytes_width}}  {c:>7}  {d}".rstrip() for a, b, c, d in rows),
+                *(
+                    f"{a:<{name_width}}  {b:>{bytes_width}}  {c:>7}  {d:>12}  {e}".rstrip()
+                    for a, b, c, d, e in rows
+                ),
                 f"~tokens = bytes / {BYTES_PER_TOKEN}, a rough estimate; the client's tokenizer decides.",
+                "outputSchema: the bytes of the declared return type's schema, included in bytes.",
                 "FAILED: " + "; ".join(verdict) if verdict else "OK: within budget, no problems",
             ]
         )
@@ -136,7 +152,15 @@ def _size(value: object) -> int:
 def measure_tools(tools: Sequence[Tool], budget: Budget) -> BudgetReport:
     """Bytes and problems per tool; the total is the bytes of the `{"tools": [...]}` result."""
     wires = [wire_json(tool) for tool in tools]
-    costs = tuple(ToolCost(visible(str(w.get("name"))), _size(w), tuple(tool_problems(w))) for w in wires)
+    costs = tuple(
+        ToolCost(
+            visible(str(w.get("name"))),
+            _size(w),
+            tuple(tool_problems(w)),
+            _size(w["outputSchema"]) if "outputSchema" in w else 0,
+        )
+        for w in wires
+    )
     return BudgetReport(costs, _size({"tools": wires}), budget)
 
 

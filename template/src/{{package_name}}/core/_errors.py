@@ -79,6 +79,13 @@ class ClaimLostError(TransientError):
         )
 
 
+class ResultTooLargeError(ServerError):
+    """A tool's structured result is over the size limit: cutting it would break its schema."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+
 @dataclass(frozen=True)
 class Part:
     """One part of a multi-part operation: what it was called, and how it went."""

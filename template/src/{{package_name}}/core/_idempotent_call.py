@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-from mcp.types import CallToolResult
+from mcp.shared.exceptions import MCPError
+from mcp.types import CallToolResult, InputRequiredResult
 
 from ._errors import StoreUnavailableError
 from ._idempotency import Claim, IdempotencyStore
@@ -29,7 +30,7 @@ from ._tool import Reconcile, Reconciled
 
 log = get_logger(__name__)
 
-STORED = {"terminal", "partial"}  # the tool said how it ended: replay that
+STORED = {"terminal", "partial", "too_large"}  # the call ended and the model saw this: replay it
 FREED = {"invalid_input", "transient"}  # nothing happened: the key is new again
 RECONCILE_TIMEOUT_S = 10.0
 RECONCILED_NOTE = "settled by the tool's reconcile function"
@@ -67,10 +68,13 @@ async def run_once(
         with anyio.CancelScope(shield=True):
             await _unfinished(store, tool, key, body, "the call was cancelled")
         raise
+    except MCPError:  # e.g. the client cannot answer a question the tool must ask first
+        await _unfinished(store, tool, key, body, "a protocol error during the call")
+        raise
     finally:
         reset_body(token)
     await _record(store, tool, key, outcome, body, correlation_id)
-    if outcome.result is not None:
+    if isinstance(outcome.result, CallToolResult):
         outcome.result = _marked(outcome.result, key, replayed=False)
     return outcome
 
@@ -138,7 +142,9 @@ async def _record(
     final = outcome.result
     if outcome.failure is not None and category in STORED:
         final = outcome.failure.result(correlation_id)
-    if final is not None:
+    if isinstance(final, InputRequiredResult):  # asked the client first: the next round claims again
+        await _unfinished(store, tool, key, body, "asked the client for input")
+    elif final is not None:
         await _write(
             store.complete(tool, key, final.model_dump(mode="json", by_alias=True, exclude_none=True))
         )

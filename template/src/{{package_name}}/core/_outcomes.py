@@ -28,6 +28,7 @@ Category = Literal[
     "fatal",
     "partial",
     "forbidden",
+    "too_large",
 ]
 
 # Whether retrying the same call can help, by category (conflict: only while in progress).
@@ -43,6 +44,7 @@ RETRYABLE: dict[Category, bool] = {
     "fatal": False,
     "partial": False,
     "forbidden": False,
+    "too_large": False,
 }
 
 

@@ -12,10 +12,17 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult
+from mcp.types import MISSING_REQUIRED_CLIENT_CAPABILITY, CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 
-from ._errors import FatalError, PartialResult, TerminalError, ToolInputError, TransientError
+from ._errors import (
+    FatalError,
+    PartialResult,
+    ResultTooLargeError,
+    TerminalError,
+    ToolInputError,
+    TransientError,
+)
 from ._outcomes import Category, failure, partial_failure
 from ._project import SLUG
 from ._redaction import strip_paths
@@ -66,8 +73,9 @@ def classify(
     """Map what the SDK raised (the tool's exception is its __cause__) to a category.
 
     For a side-effecting tool, only the errors that say how it ended (TerminalError,
-    PartialResult) or that promise nothing was applied (ToolInputError, TransientError)
-    keep their category; anything else came from a body that may have had its effect.
+    PartialResult, a result too large to send) or that promise nothing was applied
+    (ToolInputError, TransientError) keep their category; anything else came from a body
+    that may have had its effect.
     """
     cause = exc.__cause__ if isinstance(exc, ToolError) and exc.__cause__ is not None else exc
     if isinstance(exc, ToolError) and not isinstance(exc, UnexpectedToolError):
@@ -91,6 +99,18 @@ def classify(
         return Failure("terminal", _clip(str(cause)), cause)
     if isinstance(cause, ToolInputError):
         return Failure("invalid_input", _clip(str(cause)) or "the arguments were rejected", cause)
+    if isinstance(cause, MCPError) and cause.code == MISSING_REQUIRED_CLIENT_CAPABILITY:
+        # A resolver must ask the client (e.g. the user, through elicitation), and this client cannot.
+        return Failure(
+            "terminal",
+            _clip(
+                f"{tool_name} needs the client to do something it did not declare it can ({cause.message}); "
+                "nothing was run. Use a client that supports it"
+            ),
+            cause,
+        )
+    if isinstance(cause, ResultTooLargeError):  # the tool finished; only its answer was refused
+        return Failure("too_large", str(cause), cause)
     if side_effect:
         return Failure("in_doubt", in_doubt_message(tool_name, "it failed part-way"), cause)
     if isinstance(cause, ConnectionError | TimeoutError):
@@ -133,14 +153,14 @@ def backoff_s(attempt: int, retry_after_s: float | None) -> float:
 class Attempts:
     """The outcome of running a call with bounded retries."""
 
-    result: CallToolResult | None = None
+    result: CallToolResult | InputRequiredResult | None = None  # InputRequiredResult: asks the client first
     failure: Failure | None = None
     count: int = 0
     replayed: bool = False  # the result is a stored one: the tool did not run
 
 
 async def run_with_retries(
-    attempt: Callable[..., Awaitable[CallToolResult]],
+    attempt: Callable[..., Awaitable[CallToolResult | InputRequiredResult]],
     args: tuple[Any, ...],
     outcome: Attempts,
     *,

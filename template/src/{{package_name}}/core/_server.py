@@ -40,9 +40,11 @@ from ._health import CallStats
 from ._idempotency import KEY_ARGUMENT, fingerprint
 from ._idempotent_call import StoreHandle, run_once
 from ._logs import get_logger, log_call
+from ._progress import with_heartbeat
 from ._redaction import redact_text
 from ._resilience import Attempts, Failure, classify, in_doubt_message, run_with_retries
 from ._resources import Resources
+from ._result_size import fit_result
 from ._running import Call, current_body, enter_call, leave_call
 from ._settings import CoreSettings
 from ._startup import exit_fatal
@@ -145,7 +147,11 @@ class ResilientServer(MCPServer[Any]):
         stats.in_flight += 1
         token = enter_call(call)
         try:
-            outcome = await self._call(served, name, arguments, context, correlation_id)
+            outcome = await with_heartbeat(
+                lambda ctx: self._call(served, name, arguments, ctx, correlation_id),
+                context,
+                self.app_settings.progress_interval_s,
+            )
         except Exception as exc:  # a bug in this layer or a store: still an answer, never a leak
             outcome = Attempts(failure=classify(exc, name, correlation_id))
         finally:
@@ -192,7 +198,7 @@ class ResilientServer(MCPServer[Any]):
             return Attempts(failure=Failure.refusal("invalid_input", problem))
         assert validated is not None
         timeout_s = spec.timeout_s or self.app_settings.tool_timeout_s
-        attempt = (served.tool, arguments, validated, context)  # what each attempt is called with
+        attempt = (served, arguments, validated, context)  # what each attempt is called with
         if not spec.side_effect:
             return await self._run(served, attempt, correlation_id, timeout_s, Attempts())
         canonical = validated.model_dump(mode="json", by_alias=True)
@@ -210,7 +216,7 @@ class ResilientServer(MCPServer[Any]):
     async def _run(
         self,
         served: ServedTool,
-        attempt: tuple[Tool, dict[str, Any], BaseModel, Context[Any, Any] | None],
+        attempt: tuple[ServedTool, dict[str, Any], BaseModel, Context[Any, Any] | None],
         correlation_id: str,
         timeout_s: float,
         outcome: Attempts,
@@ -234,13 +240,19 @@ class ResilientServer(MCPServer[Any]):
         return outcome
 
     async def _run_tool(
-        self, tool: Tool, arguments: dict[str, Any], validated: BaseModel, context: Context[Any, Any] | None
-    ) -> CallToolResult:
-        """One attempt: what the SDK's `Tool.run` does, with the arguments the core validated.
+        self,
+        served: ServedTool,
+        arguments: dict[str, Any],
+        validated: BaseModel,
+        context: Context[Any, Any] | None,
+    ) -> CallToolResult | InputRequiredResult:
+        """One attempt: what the SDK's `Tool.run` does, with the arguments the core validated,
+        and the result cut to the tool's size limit.
 
         Failures are raised as `Tool.run` raises them (ToolError, or UnexpectedToolError
         for a crash, with the tool's exception as `__cause__`), so `classify` reads both alike.
         """
+        tool, spec = served.tool, served.spec
         if context is None and (tool.context_kwarg is not None or tool.resolved_params):
             context = Context(mcp_server=self, subscriptions=self._subscriptions)
         if tool.resolved_params:  # Resolve(...) parameters: only the SDK's own path fills them
@@ -259,9 +271,10 @@ class ResilientServer(MCPServer[Any]):
                 raise ToolError(f"Error executing tool {tool.name}: {exc}") from exc
             except Exception as exc:
                 raise UnexpectedToolError(f"Error executing tool {tool.name}") from exc
-        if not isinstance(result, CallToolResult):  # InputRequiredResult: not used by this core
-            raise TypeError(f"tool {tool.name} asked for client input, which this server does not support")
-        return result
+        if isinstance(result, InputRequiredResult):  # asks the client (2026-07-28): the next round runs it
+            return result
+        limit = spec.max_result_bytes or self.app_settings.max_result_bytes
+        return fit_result(result, limit, spec.name, side_effect=spec.side_effect)
 
     async def open_dependencies(self) -> None:
         """Start-up checks that need the event loop: the store and the owner's lifespans open,

@@ -46,6 +46,12 @@ class CoreSettings(BaseSettings):
     idempotency_ttl_s: int = Field(86400, gt=0, description="how long idempotency keys are kept")
     retry_max_attempts: int = Field(4, ge=1, le=20, description="attempts in all for a transient failure")
     retry_max_s: float = Field(10.0, gt=0, description="time bound for those attempts")
+    max_result_bytes: int = Field(
+        100_000, ge=1000, description="largest tool result: text is cut, structured is too_large"
+    )
+    progress_interval_s: float = Field(
+        15.0, gt=0, description="heartbeat progress for calls that carry a progressToken"
+    )
 
     # HTTP (serve --transport http): who may reach the server and how much it takes.
     allowed_hosts: CommaList = Field(

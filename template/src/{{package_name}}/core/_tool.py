@@ -15,6 +15,8 @@ from typing import Any, Literal, TypeVar, overload
 
 from mcp.types import ToolAnnotations
 
+from ._result_size import MIN_RESULT_BYTES
+
 F = TypeVar("F", bound=Callable[..., Any])
 SPEC_ATTRIBUTE = "__mcp_tool_spec__"
 
@@ -39,6 +41,7 @@ class ToolSpec:
     reconcile: Reconcile | None = None
     scopes: tuple[str, ...] = ()
     output_schema: Mapping[str, Any] | None = None  # the core's own tools: instead of pydantic's
+    max_result_bytes: int | None = None
 
     @property
     def description(self) -> str:
@@ -88,6 +91,7 @@ def tool(
     timeout_s: float | None = None,
     reconcile: Reconcile | None = None,
     scopes: Sequence[str] = (),
+    max_result_bytes: int | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -103,6 +107,7 @@ def tool(
     timeout_s: float | None = None,
     reconcile: Reconcile | None = None,
     scopes: Sequence[str] = (),
+    max_result_bytes: int | None = None,
 ) -> Any:
     """Mark a function as an MCP tool; `@tool` and `@tool(...)` both work.
 
@@ -123,11 +128,21 @@ def tool(
             call whose outcome is in doubt; a retry of that key then settles itself.
         scopes: OAuth scopes a caller needs for this tool (HTTP with AUTH=oauth); a token
             without one gets a `forbidden` result naming it.
+        max_result_bytes: the largest result of this tool (default: the MAX_RESULT_BYTES
+            setting); longer text is cut, larger structured content is `too_large`.
     """
     if read_only and side_effect:
         raise TypeError("a tool cannot be both read_only and side_effect: choose one")
     if timeout_s is not None and timeout_s <= 0:
         raise TypeError(f"timeout_s must be positive, got {timeout_s!r}")
+    if max_result_bytes is not None and (
+        isinstance(max_result_bytes, bool)
+        or not isinstance(max_result_bytes, int)
+        or max_result_bytes < MIN_RESULT_BYTES
+    ):
+        raise TypeError(
+            f"max_result_bytes must be an integer of at least {MIN_RESULT_BYTES}, got {max_result_bytes!r}"
+        )
     if reconcile is not None and not side_effect:
         raise TypeError("reconcile is for side_effect=True tools: only they have keys in doubt")
 
@@ -144,6 +159,7 @@ def tool(
             timeout_s=timeout_s,
             reconcile=reconcile,
             scopes=(scopes,) if isinstance(scopes, str) else tuple(scopes),
+            max_result_bytes=max_result_bytes,
         )
         setattr(fn, SPEC_ATTRIBUTE, spec)
         return fn
