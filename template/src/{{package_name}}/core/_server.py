@@ -25,8 +25,8 @@ from ._entrypoints import entrypoint
 from ._errors import FatalError, TransientError
 from ._fatal_exit import FatalExit, WatchedWriter
 from ._health import CallStats
-from ._idempotency import KEY_ARGUMENT, fingerprint
-from ._idempotent_call import StoreHandle, run_once
+from ._idempotency import KEY_ARGUMENT, StoreHandle, fingerprint
+from ._idempotent_call import run_once
 from ._logs import get_logger
 from ._resilience import Attempts, Failure, classify, in_doubt_message, run_with_retries
 from ._running import current_body
