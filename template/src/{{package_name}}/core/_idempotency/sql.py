@@ -59,7 +59,7 @@ PURGE_EVERY_S = 60.0
 CHECK_TIMEOUT_S = 5.0
 CLAIM_ATTEMPTS = 5  # a row deleted between our INSERT and SELECT: insert again
 STOPPED_NOTE = "the server stopped before the call finished"
-_NO_PARAMS: Params = {}
+NO_PARAMS: Params = {}
 
 
 @dataclass(frozen=True)
@@ -98,14 +98,14 @@ class Session(ABC):
     """Statements on one connection (within one transaction when the session opened one)."""
 
     @abstractmethod
-    async def rows(self, statement: str, params: Params = _NO_PARAMS) -> list[tuple[Any, ...]]:
+    async def rows(self, statement: str, params: Params = NO_PARAMS) -> list[tuple[Any, ...]]:
         """The rows a query returns."""
 
     @abstractmethod
-    async def execute(self, statement: str, params: Params = _NO_PARAMS) -> int:
+    async def execute(self, statement: str, params: Params = NO_PARAMS) -> int:
         """Run a statement; how many rows it changed."""
 
-    async def one(self, statement: str, params: Params = _NO_PARAMS) -> tuple[Any, ...] | None:
+    async def one(self, statement: str, params: Params = NO_PARAMS) -> tuple[Any, ...] | None:
         rows = await self.rows(statement, params)
         return rows[0] if rows else None
 

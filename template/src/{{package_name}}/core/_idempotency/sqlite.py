@@ -32,7 +32,7 @@ import structlog
 from .._errors import FatalError, StoreUnavailableError
 from .._project import ENV_PREFIX
 from .instances import OwnerRow, same_boot
-from .sql import SCHEMA_VERSION, Dialect, Params, Session, SQLStore
+from .sql import NO_PARAMS, SCHEMA_VERSION, Dialect, Params, Session, SQLStore
 from .store import DEFAULT_TTL_S, HEARTBEAT_S
 
 _log = structlog.get_logger(__name__)
@@ -136,6 +136,7 @@ class SQLiteStore(SQLStore):
     async def _session(
         self, operation: str, *, transaction: bool = False, durable: bool = False, shield: bool = False
     ) -> AsyncIterator[Session]:
+        # `shield` needs nothing here: a session never awaits, so nothing can cancel it half-way.
         conn = self._conn
         if conn is None:
             raise RuntimeError("the idempotency store is not open: call open() first")
@@ -168,10 +169,10 @@ class _SQLiteSession(Session):
         self._conn = conn
         self._now = time.time()
 
-    async def rows(self, statement: str, params: Params = {}) -> list[tuple[Any, ...]]:  # noqa: B006
+    async def rows(self, statement: str, params: Params = NO_PARAMS) -> list[tuple[Any, ...]]:
         return self._conn.execute(statement, {**params, "now": self._now}).fetchall()
 
-    async def execute(self, statement: str, params: Params = {}) -> int:  # noqa: B006
+    async def execute(self, statement: str, params: Params = NO_PARAMS) -> int:
         return self._conn.execute(statement, {**params, "now": self._now}).rowcount
 
 
