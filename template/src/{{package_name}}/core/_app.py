@@ -8,8 +8,7 @@ from types import ModuleType
 from ._discovery import discover_resources, discover_tools
 from ._errors import FatalError
 from ._health import CallStats, CheckResult, HealthCheck, make_health_tool
-from ._idempotency import create_store
-from ._idempotent_call import StoreHandle
+from ._idempotency import StoreHandle, create_store
 from ._logs import configure_logging, get_logger
 from ._project import DISPLAY_NAME, ENV_PREFIX, SLUG, STRICT_ARGUMENTS, installed_version
 from ._redaction import configure_redaction

@@ -37,8 +37,8 @@ from ._entrypoints import entrypoint
 from ._errors import FatalError, TransientError
 from ._fatal_exit import FatalExit
 from ._health import CallStats
-from ._idempotency import KEY_ARGUMENT, fingerprint
-from ._idempotent_call import StoreHandle, run_once
+from ._idempotency import KEY_ARGUMENT, StoreHandle, fingerprint
+from ._idempotent_call import run_once
 from ._logs import get_logger, log_call
 from ._progress import with_heartbeat
 from ._redaction import redact_text

@@ -14,13 +14,14 @@ import socket
 import sys
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import structlog
 
-from . import STALE_AFTER_BEATS
+from .store import STALE_AFTER_BEATS
 
 _log = structlog.get_logger(__name__)
 
@@ -119,12 +120,17 @@ def owner_gone_reason(owner: OwnerRow | None, me: Instance, now: float) -> str |
 
 
 class HeartbeatThread:
-    """Calls `beat` every `interval_s` in its own thread, so a busy event loop cannot starve it.
-
-    A tool that blocks the loop must not make its own server look dead to the others.
+    """Awaits `beat` every `interval_s` on an event loop of its own, in its own thread, so a
+    busy serving loop cannot starve it: a tool that blocks the loop must not make its own
+    server look dead to the others. `on_exit` runs on that loop when the thread stops.
     """
 
-    def __init__(self, beat: Callable[[], None], on_exit: Callable[[], None], interval_s: float) -> None:
+    def __init__(
+        self,
+        beat: Callable[[], Awaitable[None]],
+        on_exit: Callable[[], Awaitable[None]],
+        interval_s: float,
+    ) -> None:
         self._beat = beat
         self._on_exit = on_exit
         self._interval_s = interval_s
@@ -140,13 +146,17 @@ class HeartbeatThread:
         self._thread.join(timeout=self._interval_s + 30)
 
     def _run(self) -> None:
+        anyio.run(self._loop)
+
+    async def _loop(self) -> None:
         try:
-            while not self._stop.wait(self._interval_s):
+            while not await anyio.to_thread.run_sync(self._stop.wait, self._interval_s):
                 try:
-                    self._beat()
+                    await self._beat()
                     self.last_error = None
                 except Exception as exc:  # keep beating: the next beat may reach the database again
                     self.last_error = type(exc).__name__
                     _log.warning("idempotency_heartbeat_failed", error=type(exc).__name__, detail=str(exc))
         finally:
-            self._on_exit()
+            with anyio.CancelScope(shield=True):
+                await self._on_exit()

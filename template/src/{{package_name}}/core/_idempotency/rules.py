@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass
 
 from .._project import SLUG
-from . import BODY_NOT_STARTED, BODY_RUNNING, MAX_RETRY_AFTER_S, Claim, HealthStatus, KeyState
 from .instances import HeartbeatThread, Instance, OwnerRow, owner_gone_reason
+from .store import BODY_NOT_STARTED, BODY_RUNNING, MAX_RETRY_AFTER_S, Claim, HealthStatus, KeyState
 
 LEASE_EXPIRED = "the call ran past its lease without finishing"
 SETTLED_DONE = "settled as done by an operator"

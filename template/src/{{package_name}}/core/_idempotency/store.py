@@ -1,24 +1,13 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
-"""The idempotency table: a side-effecting call with a given key runs at most once.
-
-One interface, two backends: `sqlite.py` (a file in the data directory) and, in projects
-rendered with the postgres backend, `postgres.py` (shared by replicas). The rules both
-follow are in `rules.py`, owner liveness in `instances.py`. The resilience layer claims a
-key before the side effect and records how it ended; `<slug> keys` lets an operator settle
-the keys whose outcome is unknown.
-"""
+"""The idempotency table's interface and the values both backends share."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from .._outcomes import failure
-from .fingerprint import KEY_ARGUMENT, fingerprint
-
-if TYPE_CHECKING:
-    from .._settings import CoreSettings
 
 ClaimKind = Literal["new", "replay", "conflict_arguments", "in_progress", "in_doubt"]
 KeyState = Literal["pending", "completed", "in_doubt"]
@@ -154,35 +143,3 @@ def settled_result(note: str) -> dict[str, Any]:
     text += "; its original answer is lost. It was not run again: do not repeat it."
     result = failure("terminal", text, correlation_id="settled-by-operator")
     return result.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def create_store(settings: CoreSettings) -> IdempotencyStore:
-    """The store of the backend chosen at `copier copy`{% if idempotency_backend == "postgres" %} (postgres: `DATABASE_URL`){% else %} (sqlite: a file in `DATA_DIR`){% endif %}; not yet opened."""
-{%- if idempotency_backend == "postgres" %}
-    from .postgres import PostgresStore
-
-    return PostgresStore(settings.database_url, ttl_s=settings.idempotency_ttl_s)
-{%- else %}
-    from .sqlite import SQLiteStore
-
-    return SQLiteStore(settings.data_dir / DB_FILENAME, ttl_s=settings.idempotency_ttl_s)
-{%- endif %}
-
-
-__all__ = [
-    "BODY_ENDED",
-    "BODY_NOT_STARTED",
-    "BODY_RUNNING",
-    "DB_FILENAME",
-    "KEY_ARGUMENT",
-    "Claim",
-    "ClaimKind",
-    "HealthStatus",
-    "IdempotencyStore",
-    "KeyRecord",
-    "KeyState",
-    "Outcome",
-    "create_store",
-    "fingerprint",
-    "settled_result",
-]

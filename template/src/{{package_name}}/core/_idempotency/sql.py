@@ -1,0 +1,585 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""The idempotency table in SQL, written once for both backends.
+
+Every statement and every decision is here: claim, start mark, outcome, operator's
+verdict, heartbeat sweep, migrations, unregistering on close, row mapping. A backend
+(`sqlite.py`, `postgres.py`) adds only its `Dialect` (where the two databases' SQL
+differs: column types, the clock, row locks, the durability marker) and how a statement
+runs (on the event loop, or through a connection pool).
+
+Durability: only a claim is committed durably (it must survive a power cut, because the
+side effect follows). The start mark and the outcome only have to outlive the process;
+a machine or database restart that loses them turns the key into a key in doubt, never
+into a second run, because "never started" is trusted only when the store vouches that
+no unflushed write was lost since the claim (`intact`).
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import anyio
+import structlog
+
+from .._errors import ClaimLostError, FatalError, StoreUnavailableError
+from .instances import HeartbeatThread, Instance, OwnerRow, owner_gone_reason
+from .rules import (
+    LEASE_EXPIRED,
+    SETTLED_DONE,
+    ExistingKey,
+    encode_result,
+    health_verdict,
+    judge,
+    pending_in_doubt_reason,
+)
+from .store import (
+    BODY_ENDED,
+    BODY_NOT_STARTED,
+    BODY_RUNNING,
+    DEFAULT_TTL_S,
+    HEARTBEAT_S,
+    Claim,
+    HealthStatus,
+    IdempotencyStore,
+    KeyRecord,
+    Outcome,
+    settled_result,
+)
+
+Params = Mapping[str, Any]
+_log = structlog.get_logger(__name__)
+
+SCHEMA_VERSION = 2
+PURGE_EVERY_S = 60.0
+CHECK_TIMEOUT_S = 5.0
+CLAIM_ATTEMPTS = 5  # a row deleted between our INSERT and SELECT: insert again
+STOPPED_NOTE = "the server stopped before the call finished"
+NO_PARAMS: Params = {}
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """The SQL fragments where the two databases differ. Statements name their parameters
+    `:name`; `placeholder` is the form the driver wants instead (`%(name)s` for psycopg)."""
+
+    time_type: str  # a point in time: seconds since the epoch, or a timestamp
+    time_default: str  # the DDL default of a time column
+    float_type: str
+    small_int_type: str
+    now: str  # the current time, as the database (or the caller) sees it
+    epoch: str  # `{}`: a time column, as float seconds since the epoch
+    after: str  # `{}`: a float parameter; the time that many seconds from now
+    before: str  # `{}`: a float parameter; the time that many seconds ago
+    row_lock: str  # appended to a SELECT of `idempotency_keys AS k`: lock the row until commit
+    relaxed_update: str  # inserted after UPDATE's SET: this statement's commit need not be flushed
+    relaxed_delete: str  # the same after DELETE FROM idempotency_keys
+    intact: str  # a boolean column: writes since the claim of `k` cannot have been lost
+    since_restart: str  # appended to a WHERE on idempotency_keys: the same, for the sweep
+    schema_lock: str | None  # a statement serialising migrations (None: the transaction does)
+    sweep_lock: str | None  # a statement answering whether this sweep may run now
+    placeholder: str = ":{}"
+
+    def compile(self, statement: str) -> str:
+        """The statement with the driver's placeholders."""
+        if self.placeholder == ":{}":
+            return statement
+        return _PARAMETER.sub(lambda match: self.placeholder.format(match[1]), statement)
+
+
+_PARAMETER = re.compile(r"(?<![:\w]):([a-z_]\w*)")
+
+
+class Session(ABC):
+    """Statements on one connection (within one transaction when the session opened one)."""
+
+    @abstractmethod
+    async def rows(self, statement: str, params: Params = NO_PARAMS) -> list[tuple[Any, ...]]:
+        """The rows a query returns."""
+
+    @abstractmethod
+    async def execute(self, statement: str, params: Params = NO_PARAMS) -> int:
+        """Run a statement; how many rows it changed."""
+
+    async def one(self, statement: str, params: Params = NO_PARAMS) -> tuple[Any, ...] | None:
+        rows = await self.rows(statement, params)
+        return rows[0] if rows else None
+
+
+Transaction = Callable[[], AbstractAsyncContextManager[Session]]
+
+
+class Statements:
+    """Every statement of the table, in one dialect."""
+
+    def __init__(self, d: Dialect) -> None:
+        t, now = d.time_type, d.now
+        default = d.time_default
+
+        def epoch(column: str) -> str:
+            return d.epoch.format(column)
+
+        def expired(prefix: str = "") -> str:
+            # A pending claim whose lease is still running is never purged, however old.
+            return (
+                f"{prefix}created_at < {d.before.format(':ttl')}"
+                f" AND NOT ({prefix}state = 'pending' AND {prefix}lease_until > {now})"
+            )
+
+        c = d.compile
+        # MIGRATIONS[n] upgrades the schema from version n to n + 1; never change a released step.
+        self.migrations: tuple[tuple[str, ...], ...] = (
+            (
+                f"""CREATE TABLE idempotency_instances (
+            instance_id text PRIMARY KEY,
+            host_id text NOT NULL,
+            hostname text NOT NULL,
+            pid integer NOT NULL,
+            started_at {t} NOT NULL{default},
+            heartbeat_at {t} NOT NULL{default},
+            heartbeat_s {d.float_type} NOT NULL
+        )""",
+                f"""CREATE TABLE idempotency_keys (
+            tool text NOT NULL,
+            key text NOT NULL,
+            fingerprint text NOT NULL,
+            state text NOT NULL CHECK (state IN ('pending', 'completed', 'in_doubt')),
+            owner text NOT NULL,
+            created_at {t} NOT NULL{default},
+            updated_at {t} NOT NULL{default},
+            lease_until {t} NOT NULL,
+            result text,
+            note text NOT NULL DEFAULT '',
+            PRIMARY KEY (tool, key)
+        )""",
+                "CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at)",
+                "CREATE INDEX idempotency_keys_state ON idempotency_keys (state) WHERE state <> 'completed'",
+            ),
+            # How far each call got (rules.py); rows from before count as started.
+            (f"ALTER TABLE idempotency_keys ADD COLUMN body {d.small_int_type} NOT NULL DEFAULT 1",),
+        )
+        self.schema_lock = d.schema_lock and c(d.schema_lock)
+        self.sweep_lock = d.sweep_lock and c(d.sweep_lock)
+        self.version_table = (
+            "CREATE TABLE IF NOT EXISTS idempotency_schema_version (version integer NOT NULL)"
+        )
+        self.version = "SELECT max(version) FROM idempotency_schema_version"
+        self.forget_version = "DELETE FROM idempotency_schema_version"
+        self.set_version = c("INSERT INTO idempotency_schema_version (version) VALUES (:version)")
+
+        self.insert_claim = c(
+            "INSERT INTO idempotency_keys"
+            " (tool, key, fingerprint, state, owner, created_at, updated_at, lease_until, body)"
+            f" VALUES (:tool, :key, :fingerprint, 'pending', :owner, {now}, {now},"
+            f" {d.after.format(':lease')}, :not_started)"
+            " ON CONFLICT (tool, key) DO NOTHING"
+        )
+        existing = (
+            f"SELECT k.fingerprint, k.state, k.result, {epoch('k.lease_until')},"
+            f" i.instance_id, i.host_id, i.hostname, i.pid, {epoch('i.heartbeat_at')}, i.heartbeat_s,"
+            f" {epoch(now)}, k.body, {d.intact}, {expired('k.')}"
+            " FROM idempotency_keys AS k LEFT JOIN idempotency_instances AS i ON i.instance_id = k.owner"
+            " WHERE k.tool = :tool AND k.key = :key"
+        )
+        self.peek_existing = c(existing)
+        self.select_existing = c(existing + d.row_lock)
+        self.delete_key = c("DELETE FROM idempotency_keys WHERE tool = :tool AND key = :key")
+        self.take_over = c(
+            f"UPDATE idempotency_keys SET owner = :owner, updated_at = {now}, note = '',"
+            f" lease_until = {d.after.format(':lease')} WHERE tool = :tool AND key = :key"
+        )
+        self.set_in_doubt = c(
+            f"UPDATE idempotency_keys SET state = 'in_doubt', note = :note, updated_at = {now}"
+            " WHERE tool = :tool AND key = :key"
+        )
+        ours = " WHERE tool = :tool AND key = :key AND owner = :owner"
+        self.mark_started = c(
+            f"UPDATE idempotency_keys SET body = :running{d.relaxed_update}{ours} AND state = 'pending'"
+        )
+        self.complete = c(
+            "UPDATE idempotency_keys SET state = 'completed', result = :result, note = '',"
+            f" updated_at = {now}{d.relaxed_update}{ours} AND state IN ('pending', 'in_doubt')"
+        )
+        self.release = c(
+            f"DELETE FROM idempotency_keys{d.relaxed_delete}{ours} AND state IN ('pending', 'in_doubt')"
+        )
+        self.mark_in_doubt = c(
+            f"UPDATE idempotency_keys SET state = 'in_doubt', note = :note, updated_at = {now}, body = :body"
+            f"{d.relaxed_update}{ours} AND state = 'pending'"
+        )
+        self.settle_done = c(
+            f"UPDATE idempotency_keys SET state = 'completed', result = :result, note = :note,"
+            f" updated_at = {now} WHERE tool = :tool AND key = :key"
+        )
+        records = (
+            f"SELECT tool, key, state, fingerprint, {epoch('created_at')}, {epoch('updated_at')}, note,"
+            f" {epoch(now)} FROM idempotency_keys"
+        )
+        self.get = c(f"{records} WHERE tool = :tool AND key = :key")
+        self.list_all = c(f"{records} ORDER BY created_at DESC LIMIT :limit")
+        self.list_in_doubt = c(f"{records} WHERE state = 'in_doubt' ORDER BY created_at DESC LIMIT :limit")
+        self.in_doubt_count = "SELECT count(*) FROM idempotency_keys WHERE state = 'in_doubt'"
+        self.purge = c(f"DELETE FROM idempotency_keys WHERE {expired()}")
+
+        self.register = c(
+            "INSERT INTO idempotency_instances"
+            " (instance_id, host_id, hostname, pid, heartbeat_s, started_at, heartbeat_at)"
+            f" VALUES (:instance, :host_id, :hostname, :pid, :heartbeat_s, {now}, {now})"
+            " ON CONFLICT (instance_id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at"
+        )
+        self.now = c(f"SELECT {epoch(now)}")
+        self.others = c(
+            f"SELECT instance_id, host_id, hostname, pid, {epoch('heartbeat_at')}, heartbeat_s"
+            " FROM idempotency_instances WHERE instance_id <> :instance"
+        )
+        self.unregister = c("DELETE FROM idempotency_instances WHERE instance_id = :instance")
+        # Provably never reached its body: free again.
+        self.free_never_started = c(
+            "DELETE FROM idempotency_keys"
+            f" WHERE owner = :owner AND state = 'pending' AND body = :not_started{d.since_restart}"
+        )
+        self.owner_in_doubt = c(
+            f"UPDATE idempotency_keys SET state = 'in_doubt', note = :note, updated_at = {now}"
+            " WHERE owner = :owner AND state = 'pending'"
+        )
+        self.lease_in_doubt = c(
+            f"UPDATE idempotency_keys SET state = 'in_doubt', note = :note, updated_at = {now}"
+            f" WHERE state = 'pending' AND lease_until <= {now}"
+        )
+        self.orphans_in_doubt = c(
+            f"UPDATE idempotency_keys SET state = 'in_doubt', note = :note, updated_at = {now}"
+            " WHERE state = 'pending' AND NOT EXISTS"
+            " (SELECT 1 FROM idempotency_instances AS i WHERE i.instance_id = idempotency_keys.owner)"
+        )
+
+
+class SQLStore(IdempotencyStore):
+    """The table's logic over a backend's sessions; see DESIGN.md "Idempotency table"."""
+
+    dialect: ClassVar[Dialect]
+    sql: ClassVar[Statements]
+
+    def __init__(self, *, ttl_s: float = DEFAULT_TTL_S, heartbeat_s: float = HEARTBEAT_S) -> None:
+        self.ttl_s = ttl_s
+        self.heartbeat_s = heartbeat_s
+        self.me = Instance.new(heartbeat_s)
+        self._heartbeat: HeartbeatThread | None = None
+        self._opened = False
+        self._last_purge = 0.0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "dialect" in cls.__dict__:
+            cls.sql = Statements(cls.dialect)
+
+    # --- what a backend provides ------------------------------------------------
+
+    @abstractmethod
+    async def _connect(self) -> None:
+        """Open the serving connection(s); FatalError when the database cannot be reached."""
+
+    @abstractmethod
+    async def _disconnect(self) -> None:
+        """Close the serving connection(s)."""
+
+    @abstractmethod
+    def _session(
+        self, operation: str, *, transaction: bool = False, durable: bool = False, shield: bool = False
+    ) -> AbstractAsyncContextManager[Session]:
+        """A session on a serving connection; its database errors become StoreUnavailableError
+        once the store is open. `durable`: its commit reaches the disk before it ends.
+        `shield`: an outcome being recorded is not abandoned when the caller is cancelled."""
+
+    @abstractmethod
+    def _heartbeat_transaction(self) -> AbstractAsyncContextManager[Session]:
+        """A transaction on the heartbeat thread's own connection (opened on first use)."""
+
+    @abstractmethod
+    async def _close_heartbeat_connection(self) -> None:
+        """Close the heartbeat thread's connection, on the heartbeat thread's loop."""
+
+    @abstractmethod
+    def _open_failed(self, exc: Exception) -> FatalError | None:
+        """The FatalError for a database error while opening (None: not a database error)."""
+
+    @abstractmethod
+    def _newer_schema(self, version: int) -> FatalError:
+        """The table was created by a newer server."""
+
+    @abstractmethod
+    def where(self) -> str:
+        """The table's location for messages, without credentials."""
+
+    @abstractmethod
+    def _start_record_intact(self, flag: object, owner: OwnerRow | None) -> bool:
+        """Whether a start mark written since the claim would be visible now (`flag`: the
+        dialect's `intact` column)."""
+
+    @abstractmethod
+    def _unflushed_writes_survive(self, owner: OwnerRow) -> bool:
+        """Whether `owner`'s unflushed writes are still visible (the dialect's `since_restart`
+        covers what SQL can tell)."""
+
+    # --- lifecycle ------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._opened:
+            return
+        await self._connect()
+        try:
+            await self._migrate()
+            self.me.mark_open()
+            await self._beat(self._serving_transaction)
+        except Exception as exc:
+            self.me.mark_closed()
+            await self._disconnect()
+            fatal = self._open_failed(exc)
+            if fatal is None:
+                raise
+            raise fatal from None
+        except BaseException:
+            self.me.mark_closed()
+            await self._disconnect()
+            raise
+        self._opened = True
+        self._heartbeat = HeartbeatThread(
+            self._beat_in_thread, self._close_heartbeat_connection, self.heartbeat_s
+        )
+        self._heartbeat.start()
+
+    async def close(self) -> None:
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None:
+            await anyio.to_thread.run_sync(heartbeat.stop)
+        self.me.mark_closed()
+        if not self._opened:
+            return
+        try:
+            with anyio.CancelScope(shield=True):
+                async with self._session("close", transaction=True) as db:
+                    # Calls still running when the server stops can no longer finish; those that
+                    # never reached their body never will (marking the start needs this store).
+                    mine = {"owner": self.me.instance_id, "instance": self.me.instance_id}
+                    await db.execute(self.sql.free_never_started, {**mine, "not_started": BODY_NOT_STARTED})
+                    await db.execute(self.sql.owner_in_doubt, {**mine, "note": STOPPED_NOTE})
+                    await db.execute(self.sql.unregister, mine)
+        except StoreUnavailableError as exc:
+            _log.warning(
+                "idempotency_unregister_failed", error=type(exc.__cause__).__name__, detail=str(exc.__cause__)
+            )
+        finally:
+            self._opened = False
+            with anyio.CancelScope(shield=True):
+                await self._disconnect()
+
+    def _serving_transaction(self) -> AbstractAsyncContextManager[Session]:
+        return self._session("heartbeat", transaction=True)
+
+    async def _migrate(self) -> None:
+        """Bring the schema to SCHEMA_VERSION; safe when several processes open it at once."""
+        sql = self.sql
+        async with self._session("migrate", transaction=True) as db:
+            if sql.schema_lock:
+                await db.rows(sql.schema_lock)
+            await db.execute(sql.version_table)
+            row = await db.one(sql.version)
+            version = int(row[0]) if row and row[0] is not None else 0
+            if version > SCHEMA_VERSION:
+                raise self._newer_schema(version)
+            for step in sql.migrations[version:]:
+                for statement in step:
+                    await db.execute(statement)
+            if version < SCHEMA_VERSION:
+                await db.execute(sql.forget_version)
+                await db.execute(sql.set_version, {"version": SCHEMA_VERSION})
+
+    # --- the table's operations -------------------------------------------------
+
+    async def claim(self, tool: str, key: str, fingerprint: str, lease_s: float) -> Claim:
+        sql = self.sql
+        params = {
+            "tool": tool,
+            "key": key,
+            "fingerprint": fingerprint,
+            "owner": self.me.instance_id,
+            "lease": float(lease_s),
+            "ttl": float(self.ttl_s),
+            "not_started": BODY_NOT_STARTED,
+        }
+        # A new key, the common case: one statement, committed durably before the effect.
+        async with self._session("claim", durable=True) as db:
+            if await db.execute(sql.insert_claim, params):
+                return Claim("new")
+        # A retry of a completed key, or other arguments: an answer that changes nothing,
+        # read without locking the row (locking it is a write, and its commit a flush).
+        async with self._session("claim") as db:
+            row = await db.one(sql.peek_existing, params)
+        if row is not None and not row[13] and (row[0] != fingerprint or row[1] == "completed"):
+            return judge(self._existing(row), fingerprint, float(row[10]), self.me).claim
+        async with self._session("claim", transaction=True, durable=True) as db:
+            for _ in range(CLAIM_ATTEMPTS):
+                row = await db.one(sql.select_existing, params)
+                if row is not None and not row[13]:
+                    break
+                if row is not None:  # past its TTL: the key is new again
+                    await db.execute(sql.delete_key, params)
+                if await db.execute(sql.insert_claim, params):
+                    return Claim("new")
+            else:
+                raise StoreUnavailableError("claim")
+            verdict = judge(self._existing(row), fingerprint, float(row[10]), self.me)
+            if verdict.take_over:
+                await db.execute(sql.take_over, params)
+            if verdict.now_in_doubt is not None:
+                await db.execute(sql.set_in_doubt, {**params, "note": verdict.now_in_doubt})
+            return verdict.claim
+
+    async def mark_started(self, tool: str, key: str) -> None:
+        params = {"tool": tool, "key": key, "owner": self.me.instance_id, "running": BODY_RUNNING}
+        async with self._session("mark_started") as db:
+            marked = await db.execute(self.sql.mark_started, params)
+        if not marked:
+            raise ClaimLostError
+
+    async def complete(self, tool: str, key: str, result: dict[str, Any]) -> None:
+        params = {"tool": tool, "key": key, "owner": self.me.instance_id, "result": encode_result(result)}
+        async with self._session("complete", shield=True) as db:
+            stored = await db.execute(self.sql.complete, params)
+        if not stored:
+            _log.warning("idempotency_result_not_stored", tool=tool, reason="the claim is no longer ours")
+
+    async def release(self, tool: str, key: str) -> None:
+        async with self._session("release", shield=True) as db:
+            await db.execute(self.sql.release, {"tool": tool, "key": key, "owner": self.me.instance_id})
+
+    async def mark_in_doubt(
+        self, tool: str, key: str, note: str = "", *, still_running: bool = False
+    ) -> None:
+        params = {
+            "tool": tool,
+            "key": key,
+            "owner": self.me.instance_id,
+            "note": note,
+            "body": BODY_RUNNING if still_running else BODY_ENDED,
+        }
+        async with self._session("mark_in_doubt", shield=True) as db:
+            await db.execute(self.sql.mark_in_doubt, params)
+
+    async def get(self, tool: str, key: str) -> KeyRecord | None:
+        async with self._session("get") as db:
+            row = await db.one(self.sql.get, {"tool": tool, "key": key})
+        return None if row is None else _record(row)
+
+    async def in_doubt_count(self) -> int:
+        async with self._session("in_doubt_count") as db:
+            row = await db.one(self.sql.in_doubt_count)
+        return int(row[0]) if row else 0
+
+    async def list_keys(self, *, in_doubt_only: bool = False, limit: int = 50) -> list[KeyRecord]:
+        statement = self.sql.list_in_doubt if in_doubt_only else self.sql.list_all
+        async with self._session("list_keys") as db:
+            rows = await db.rows(statement, {"limit": limit})
+        return [_record(row) for row in rows]
+
+    async def settle(self, tool: str, key: str, outcome: Outcome, note: str = "") -> bool:
+        sql = self.sql
+        params = {"tool": tool, "key": key, "ttl": float(self.ttl_s)}
+        async with self._session("settle", transaction=True, durable=True, shield=True) as db:
+            row = await db.one(sql.select_existing, params)
+            if row is None:
+                return False
+            existing, now = self._existing(row), float(row[10])
+            if existing.state == "completed":
+                return False
+            if existing.state == "pending" and pending_in_doubt_reason(existing, now, self.me) is None:
+                return False  # still running: its owner will record the outcome
+            if outcome == "failed":
+                await db.execute(sql.delete_key, params)
+            else:
+                result = encode_result(settled_result(note))
+                await db.execute(sql.settle_done, {**params, "result": result, "note": note or SETTLED_DONE})
+            return True
+
+    async def purge_expired(self, ttl_s: float) -> int:
+        async with self._session("purge_expired") as db:
+            return await db.execute(self.sql.purge, {"ttl": float(ttl_s)})
+
+    async def check(self) -> tuple[HealthStatus, str]:
+        where = self.where()
+        try:
+            with anyio.fail_after(CHECK_TIMEOUT_S):
+                in_doubt = await self.in_doubt_count()
+        except (StoreUnavailableError, TimeoutError, RuntimeError) as exc:
+            return "failing", f"{where}: the idempotency table cannot be read ({type(exc).__name__})"
+        return health_verdict(in_doubt, self._heartbeat, where)
+
+    # --- heartbeat and sweep --------------------------------------------------
+
+    async def _beat_in_thread(self) -> None:
+        await self._beat(self._heartbeat_transaction)
+
+    async def _beat(self, transaction: Transaction) -> None:
+        """Prove we are alive; turn claims that can never finish into keys in doubt."""
+        sql, me = self.sql, self.me
+        async with transaction() as db:
+            await db.execute(
+                sql.register,
+                {
+                    "instance": me.instance_id,
+                    "host_id": me.host_id,
+                    "hostname": me.hostname,
+                    "pid": me.pid,
+                    "heartbeat_s": float(me.heartbeat_s),
+                },
+            )
+        async with transaction() as db:
+            if sql.sweep_lock:
+                locked = await db.one(sql.sweep_lock)
+                if not (locked and locked[0]):
+                    return  # another replica is sweeping right now
+            row = await db.one(sql.now)
+            now = float(row[0]) if row else 0.0
+            for other in await db.rows(sql.others, {"instance": me.instance_id}):
+                owner = _owner(other)
+                reason = owner_gone_reason(owner, me, now)
+                if reason is None:
+                    continue
+                gone = {"owner": owner.instance_id, "instance": owner.instance_id}
+                if self._unflushed_writes_survive(owner):  # then "not started" is proof
+                    await db.execute(sql.free_never_started, {**gone, "not_started": BODY_NOT_STARTED})
+                await db.execute(sql.owner_in_doubt, {**gone, "note": reason})
+                await db.execute(sql.unregister, gone)
+            await db.execute(sql.lease_in_doubt, {"note": LEASE_EXPIRED})
+            await db.execute(sql.orphans_in_doubt, {"note": owner_gone_reason(None, me, now)})
+            if now - self._last_purge >= PURGE_EVERY_S:
+                self._last_purge = now
+                await db.execute(sql.purge, {"ttl": float(self.ttl_s)})
+
+    # --- row mapping ------------------------------------------------------------
+
+    def _existing(self, row: tuple[Any, ...]) -> ExistingKey:
+        owner = None if row[4] is None else _owner(row[4:10])
+        return ExistingKey(
+            fingerprint=row[0],
+            state=row[1],
+            result_json=row[2],
+            lease_until=float(row[3]),
+            owner=owner,
+            body=int(row[11]),
+            start_record_intact=self._start_record_intact(row[12], owner),
+        )
+
+
+def _owner(row: tuple[Any, ...]) -> OwnerRow:
+    instance_id, host_id, hostname, pid, heartbeat_at, heartbeat_s = row
+    return OwnerRow(instance_id, host_id, hostname, int(pid), float(heartbeat_at), float(heartbeat_s))
+
+
+def _record(row: tuple[Any, ...]) -> KeyRecord:
+    tool, key, state, fingerprint, created_at, updated_at, note, now = row
+    created, updated = float(created_at), float(updated_at)
+    return KeyRecord(tool, key, state, fingerprint, created, updated, round(float(now) - created, 3), note)
