@@ -99,8 +99,9 @@ def terminal_hint() -> str:
 
 
 def _stop_at_ctrl_c(signum: int, frame: object) -> None:
-    sys.stderr.write(f"\n{SLUG}: stopped (Ctrl+C)\n")
-    sys.stderr.flush()
+    # os.write, not sys.stderr: the signal may come while the main thread is inside a
+    # sys.stderr.write (the hint above), and a buffered writer refuses a reentrant call.
+    os.write(2, f"\n{SLUG}: stopped (Ctrl+C)\n".encode())
     os._exit(128 + signal.SIGINT)
 
 
