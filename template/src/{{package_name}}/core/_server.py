@@ -7,8 +7,9 @@ time, retried when safe, classified, counted and logged in one line.
 
 It runs on every call, so it does each thing once: one validation (the tool is then
 called with the validated arguments, the SDK does not validate them again), one
-cancel scope for the time limit around all attempts, one context variable for the
-call, and one log line rendered without the processor chain.
+`asyncio.timeout` for the time limit around all attempts, one context variable for the
+call, and one log line rendered without the processor chain. A call without a
+progressToken is awaited directly (no heartbeat task), and a small result is not measured.
 """
 
 from __future__ import annotations
