@@ -29,6 +29,8 @@ def fit_result(
         ResultTooLargeError: the result has structured content (or non-text content) and is
             over the limit.
     """
+    if _surely_within(result, limit):
+        return result
     texts = _texts_only(result)
     if texts is not None:
         if sum(map(len, texts)) * 4 <= limit:  # UTF-8 takes at most 4 bytes a character: no need to encode
@@ -44,6 +46,54 @@ def fit_result(
         f"is cut, as cutting structured content would break its schema.{done} Ask for less: narrow the "
         "query, request fewer items or one page at a time, or ask for a summary"
     )
+
+
+def _surely_within(result: CallToolResult, limit: int) -> bool:
+    """A cheap upper bound of both measures below, for the common small result: no encoding.
+
+    JSON writes a character in at most 6 bytes (`\\u001f`); a plain text block adds 25 bytes
+    of its own, the result's keys 40. Anything the bound does not cover is measured exactly.
+    """
+    size = 40
+    for block in result.content:
+        if type(block) is not TextContent or block.annotations is not None or block.meta is not None:
+            return False
+        size += 26 + 6 * len(block.text)
+    structured = result.structured_content
+    if structured is not None:
+        bound = _json_bound(structured, limit - size)
+        if bound is None:
+            return False
+        size += bound
+    return size <= limit
+
+
+def _json_bound(value: Any, room: int, depth: int = 0) -> int | None:
+    """At least the bytes of `value` as JSON, or None past `room`, a few levels deep or an unknown type."""
+    if isinstance(value, str):
+        return 6 * len(value) + 2
+    if value is None or isinstance(value, bool):
+        return 5
+    if isinstance(value, int):
+        return value.bit_length() // 3 + 2  # a decimal digit holds more than 3 bits; and a sign
+    if isinstance(value, float):
+        return 24  # the longest repr of a float, -2.2250738585072014e-308, is 23 characters
+    if depth >= 3 or not isinstance(value, dict | list) or len(value) > 64:
+        return None
+    size = 2
+    items = value.items() if isinstance(value, dict) else ((None, item) for item in value)
+    for key, item in items:
+        if key is not None:
+            if not isinstance(key, str):
+                return None
+            size += 6 * len(key) + 3  # quotes and colon
+        bound = _json_bound(item, room - size, depth + 1)
+        if bound is None:
+            return None
+        size += bound + 1  # the comma
+        if size > room:
+            return None
+    return size
 
 
 def _texts_only(result: CallToolResult) -> list[str] | None:
