@@ -26,6 +26,29 @@ OWN_NOX_ENTRIES = ["proprietary-postgres"]
 RUN_ON_UPDATE = "defaults"
 # The others get mypy and their tests run directly.
 DIRECT_ENTRIES = [entry for entry in ENTRIES if entry not in [*OWN_NOX_ENTRIES, RUN_ON_UPDATE]]
+# Answer sets that differ from a fully tested one only in names, description, license, tool budget
+# or a Python version between two fully tested ones run the tests those answers reach: the owner's,
+# the command line, start-up messages, budget, keys, health, outcomes, stdout and diagnose. Each
+# whole core suite takes about six minutes of a two-core machine, so the rest run once, above.
+ANSWER_TESTS_ENTRIES = ["bsd-weather-names", "apache-budget1-py312"]
+FULL_SUITE_ENTRIES = [entry for entry in DIRECT_ENTRIES if entry not in ANSWER_TESTS_ENTRIES]
+ANSWER_DEPENDENT_TESTS = [
+    "tests/tools",
+    *(
+        f"tests/core/test_{name}.py"
+        for name in (
+            "command_line",
+            "startup",
+            "budget",
+            "public_api",
+            "health",
+            "outcomes",
+            "stdout",
+            "keys_command",
+            "diagnose",
+        )
+    ),
+]
 # A rendered test that hangs gets its stack dumped after this long, so the report shows where.
 HANG_REPORT = ["-o", "faulthandler_timeout=120"]
 # The rendered `network` tests (HTTP on loopback, about a minute) run once, in NETWORK_ENTRY's own
@@ -163,11 +186,22 @@ def test_description_with_quotes_and_backslashes_gives_valid_python(
     run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], project)
 
 
-@pytest.mark.generated(minutes=4)
-@pytest.mark.parametrize("entry", DIRECT_ENTRIES)
+@pytest.mark.generated(minutes=6)
+@pytest.mark.parametrize("entry", FULL_SUITE_ENTRIES)
 def test_mypy_strict_and_project_own_tests_pass(project_env: Callable[[str], ProjectEnv], entry: str) -> None:
-    env = project_env(entry)  # one test, so one worker installs this venv
+    check_directly(project_env(entry), entry)
 
+
+@pytest.mark.generated(minutes=2)
+@pytest.mark.parametrize("entry", ANSWER_TESTS_ENTRIES)
+def test_mypy_strict_and_the_tests_these_answers_reach_pass(
+    project_env: Callable[[str], ProjectEnv], entry: str
+) -> None:
+    check_directly(project_env(entry), entry, *ANSWER_DEPENDENT_TESTS)
+
+
+def check_directly(env: ProjectEnv, entry: str, *tests: str) -> None:
+    """mypy --strict and the project's tests (all, or `tests`) in one test: one worker, one venv."""
     assert_package_name_refuses_every_installed_name(env, entry)
     env.run("mypy", "--strict")
     env.run(
@@ -179,6 +213,7 @@ def test_mypy_strict_and_project_own_tests_pass(project_env: Callable[[str], Pro
         "no:cacheprovider",
         *HANG_REPORT,
         *NOT_NETWORK,
+        *tests,
         timeout=SUITE_TIMEOUT_S,
     )
 
