@@ -65,12 +65,13 @@ def progress_requested(context: Context[Any, Any] | None) -> bool:
 
 async def with_heartbeat(
     work: Callable[[Context[Any, Any] | None], Awaitable[T]],
-    context: Context[Any, Any] | None,
+    context: Context[Any, Any],
     interval_s: float,
 ) -> T:
-    """Run `work(context)`, sending heartbeat progress meanwhile if the call asked for progress."""
-    if context is None or not progress_requested(context):
-        return await work(context)
+    """Run `work(context)`, sending heartbeat progress meanwhile; for calls that asked for progress.
+
+    The caller checks `progress_requested` first, so the common call pays for neither.
+    """
     tracked = _TrackedContext(
         request_context=context.request_context,
         mcp_server=context.mcp_server,

@@ -175,7 +175,7 @@ class ResilientServer(MCPServer[Any]):
         stats.in_flight += 1
         token = enter_call(call)
         try:
-            if progress_requested(context):
+            if context is not None and progress_requested(context):
                 outcome = await with_heartbeat(
                     lambda ctx: self._call(served, name, arguments, ctx, correlation_id),
                     context,
