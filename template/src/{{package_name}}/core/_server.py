@@ -6,8 +6,8 @@
 time, retried when safe, classified, counted and logged in one line.
 
 It runs on every call, so it does each thing once: one validation (the tool is then
-called with the validated arguments, the SDK does not validate them again), one
-`asyncio.timeout` for the time limit around all attempts, one context variable for the
+called with the validated arguments, the SDK does not validate them again), one time
+limit around all attempts (on a timer all calls share), one context variable for the
 call, and one log line rendered without the processor chain. A call without a
 progressToken is awaited directly (no heartbeat task), and a small result is not measured.
 """
@@ -52,6 +52,7 @@ from ._settings import CoreSettings
 from ._startup import exit_fatal
 from ._stdio_guard import ProtocolPipes
 from ._stdio_transport import open_stdio
+from ._time_limit import TimeLimits, time_limits
 from ._tool import ToolSpec
 from ._validation import ArgumentValidator, harden_schema, unknown_tool_message, without_titles
 
@@ -161,6 +162,7 @@ class ResilientServer(MCPServer[Any]):
         self.resources = resources or Resources([], [])  # the owner's lifespans and dependency checks
         self.fatal_exit: FatalExit | None = None  # armed only when serving a transport
         self.scopes_enforced = False  # a tool's `scopes` apply with AUTH=oauth over HTTP
+        self._time_limits: TimeLimits | None = None  # the serving loop's, made on the first call
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -254,29 +256,31 @@ class ResilientServer(MCPServer[Any]):
     ) -> Attempts:
         """Every attempt at the call, all inside the one time limit.
 
-        `asyncio.timeout` rather than an anyio cancel scope: the same cancellation of the
-        task (a sync body's thread is abandoned alike) at about half the cost per call;
-        the server only runs on asyncio.
+        The limit cancels the task as `asyncio.timeout` would (a sync body's thread is
+        abandoned alike), from a timer all calls share (`_time_limit`); the server only
+        runs on asyncio.
         """
         settings = self.app_settings
-        limit = asyncio.timeout(timeout_s)
+        limits = self._time_limits = time_limits(self._time_limits)
+        deadline = limits.start(timeout_s)
         try:
-            async with limit:
-                await run_with_retries(
-                    self._run_tool,
-                    attempt,
-                    outcome,
-                    tool_name=served.spec.name,
-                    correlation_id=correlation_id,
-                    side_effect=served.spec.side_effect,
-                    may_retry=served.may_retry,
-                    max_attempts=settings.retry_max_attempts,
-                    max_total_s=settings.retry_max_s,
-                )
-                return outcome
-        except TimeoutError:
-            if not limit.expired():
-                raise  # not this limit's: run_with_retries classifies a tool's own
+            await run_with_retries(
+                self._run_tool,
+                attempt,
+                outcome,
+                tool_name=served.spec.name,
+                correlation_id=correlation_id,
+                side_effect=served.spec.side_effect,
+                may_retry=served.may_retry,
+                max_attempts=settings.retry_max_attempts,
+                max_total_s=settings.retry_max_s,
+            )
+            return outcome
+        except asyncio.CancelledError as exc:
+            if not deadline.caused(exc):
+                raise  # the client's cancellation, or the server's shutdown
+        finally:
+            limits.stop(deadline)
         outcome.failure = _past_time_limit(served.spec, timeout_s)
         return outcome
 
