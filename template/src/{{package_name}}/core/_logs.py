@@ -60,11 +60,11 @@ _second: tuple[int, str] = (0, "")  # the last whole second seen, as ISO text: o
 def _timestamp() -> str:
     """Now in UTC as `TimeStamper(fmt="iso", utc=True)` writes it, with the date part cached."""
     global _second
-    now = time.time()
-    whole = int(now)
+    now_ns = time.time_ns()
+    whole = now_ns // 1_000_000_000
     if whole != _second[0]:
         _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
-    return f"{_second[1]}.{int((now - whole) * 1_000_000):06d}Z"
+    return f"{_second[1]}.{now_ns % 1_000_000_000 // 1000:06d}Z"
 
 
 def log_call(
@@ -85,12 +85,14 @@ def log_call(
         return
     who = "" if subject is None else f',"subject":{_quote(redact_text(subject))}'
     category_json = "null" if category is None else f'"{category}"'
-    sys.stderr.write(
+    stream = sys.stderr
+    stream.write(
         f'{{"event":"tool_call","tool":{_quote(tool)},"correlation_id":"{correlation_id}",'
-        f'"outcome":"{outcome}","category":{category_json},"duration_ms":{duration_ms!r},'
+        f'"outcome":"{outcome}","category":{category_json},"duration_ms":{duration_ms:.2f},'
         f'"attempts":{attempts}{who},"level":"info","timestamp":"{_timestamp()}"}}\n'
     )
-    sys.stderr.flush()
+    if not getattr(stream, "line_buffering", False):  # a real stderr wrote the line at its newline
+        stream.flush()
 
 
 class _CurrentStderr:

@@ -197,7 +197,7 @@ class ResilientServer(MCPServer[Any]):
             correlation_id,
             "error" if failure else "replayed" if outcome.replayed else "ok",
             failure.category if failure else None,
-            round((time.perf_counter() - started) * 1000, 2),
+            (time.perf_counter() - started) * 1000,
             outcome.count,
             caller(),
         )
