@@ -1,4 +1,4 @@
-"""Checks of this template repository: `nox` runs lint, the template's tests and the generated ones."""
+"""Checks of this template repository: `nox` runs lint, then the template's tests and the generated ones."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import nox
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "tests", "generated"]
+nox.options.sessions = ["lint", "all"]
 
 ROOT = Path(__file__).resolve().parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
@@ -30,6 +30,20 @@ def lint(session: nox.Session) -> None:
     session.run("mypy")
 
 
+# pytest-xdist workers for the generated tests. Each is a rendered project's suite, one busy
+# process that also waits (on servers, timeouts, PostgreSQL) a fifth of its time: a third
+# worker on two cores fills those waits. Tests are sent one at a time (--maxschedchunk=1), the
+# longest first, so that no worker queues a long test behind another (tests/conftest.py).
+WORKERS = ["-n", "3", "--maxschedchunk=1"]
+
+
+@nox.session(name="all")
+def all_tests(session: nox.Session) -> None:
+    """Every test in one run: the generated ones start first, the fast ones fill the gaps."""
+    session.install(*TEST_DEPS)
+    session.run("pytest", *WORKERS, "--durations=15", *session.posargs)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The template's fast tests: questions, rendering, ruff on rendered projects, updates."""
@@ -41,8 +55,7 @@ def tests(session: nox.Session) -> None:
 def generated(session: nox.Session) -> None:
     """The slow tests: rendered projects' mypy --strict, own tests and own `nox` sessions."""
     session.install(*TEST_DEPS)
-    # Two workers: each test is a rendered project's whole suite, mostly one busy process.
-    session.run("pytest", "-m", "generated", "-n", "2", "--durations=15", *session.posargs)
+    session.run("pytest", "-m", "generated", *WORKERS, "--durations=15", *session.posargs)
 
 
 @nox.session

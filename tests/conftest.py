@@ -15,6 +15,8 @@ from .project_env import ProjectEnv
 from .releases import build_release_repo, released_versions
 from .rendering import render
 
+_PAIRED = 4  # workers that start with a long test and a short one; more than the noxfile uses
+
 
 def minutes(item: pytest.Item) -> float:
     """A generated test's rough length (`generated(minutes=...)`); -1 for other tests."""
@@ -23,17 +25,18 @@ def minutes(item: pytest.Item) -> float:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest generated tests first, so that no worker is left running one alone at the end.
+    """The longest generated tests first, each followed by one of the shortest, then the rest.
 
-    pytest-xdist starts each of its two workers on two consecutive tests, then hands the next
-    test to whichever runs short: the two longest go one to each worker, each with a short one.
+    pytest-xdist (`--maxschedchunk=1`) starts each worker on two consecutive tests and then
+    hands the next test to whichever worker runs short: up to `_PAIRED` workers each begin
+    with one long test and one short one, so no worker queues a long test behind another.
     """
     items.sort(key=minutes, reverse=True)
     generated = [item for item in items if minutes(item) >= 0]
-    if len(generated) >= 4:
-        short = generated[-2:]
-        paired = [generated[0], short[1], generated[1], short[0], *generated[2:-2]]
-        items[: len(generated)] = paired
+    pairs = min(_PAIRED, len(generated) // 2)
+    longest, shortest = generated[:pairs], generated[len(generated) - pairs :][::-1]
+    paired = [item for pair in zip(longest, shortest, strict=True) for item in pair]
+    items[: len(generated)] = paired + generated[pairs : len(generated) - pairs]
 
 
 @pytest.fixture(scope="session", autouse=True)

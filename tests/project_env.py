@@ -22,10 +22,11 @@ SUITE_TIMEOUT_S = 1800.0
 PROJECT_NOX_SESSIONS = ("lint", "typecheck", "tests", "core")
 
 
-def project_nox(envdir: Path) -> list[str]:
-    """The command that runs PROJECT_NOX_SESSIONS in a rendered project, its venvs in `envdir`."""
+def project_nox(envdir: Path, *sessions: str, posargs: tuple[str, ...] = ()) -> list[str]:
+    """The command that runs `sessions` (default PROJECT_NOX_SESSIONS) in a rendered project,
+    its venvs in `envdir`, with `posargs` after `--`."""
     nox = [sys.executable, "-m", "nox", "--non-interactive", "--envdir", str(envdir)]
-    return [*nox, "-s", *PROJECT_NOX_SESSIONS]
+    return [*nox, "-s", *(sessions or PROJECT_NOX_SESSIONS), *(["--", *posargs] if posargs else [])]
 
 
 def uv_executable() -> str:
