@@ -34,6 +34,8 @@ class CoreSettings(BaseSettings):
         env_file_encoding="utf-8",
         extra="ignore",
         validate_default=True,
+        # Built when first instantiated: serving builds only the owner's subclass (`Settings`).
+        defer_build=True,
     )
 
     log_level: LogLevel = Field("info", description="debug, info, warning or error")
