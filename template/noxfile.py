@@ -50,9 +50,14 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def core(session: nox.Session) -> None:
-    """The template's whole core suite (tests/core): what `copier update` brings must pass here."""
+    """The template's whole core suite (tests/core): what `copier update` brings must pass here.
+
+    `nox -s core -- tests/core/test_health.py` runs only the tests named; other arguments
+    (`-x`, `-k heartbeat`) go to pytest with the whole suite.
+    """
     session.install("-e", ".[dev]")
-    session.run("pytest", "tests/core", *session.posargs)
+    named = any(Path(arg.split("::")[0]).exists() for arg in session.posargs)
+    session.run("pytest", *([] if named else ["tests/core"]), *session.posargs)
 
 
 @nox.session(default=False)
