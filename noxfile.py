@@ -30,10 +30,11 @@ def lint(session: nox.Session) -> None:
     session.run("mypy")
 
 
-# pytest-xdist workers, one per core of the 2-core machines this runs on: the generated tests are
-# CPU-bound (each a rendered project's suite, starting hundreds of server processes), and a third
-# worker made the whole run longer. Tests are sent one at a time (--maxschedchunk=1), the longest
-# first, so that no worker queues a long test behind another (tests/conftest.py).
+# pytest-xdist workers, one per core of the 2-core machines this runs on: the generated tests keep
+# both cores busy (each is a rendered project's suite, starting hundreds of server processes), and
+# a third worker made the whole run longer (12 min against 11). Tests are sent one at a time
+# (--maxschedchunk=1), the longest first, so that no worker queues a long test behind another
+# (tests/conftest.py).
 WORKERS = ["-n", "2", "--maxschedchunk=1"]
 
 
