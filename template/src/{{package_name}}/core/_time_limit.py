@@ -49,7 +49,6 @@ class TimeLimits:
         self.loop = loop
         self._running: set[Deadline] = set()
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_when = 0.0
 
     def start(self, timeout_s: float) -> Deadline:
         """The deadline of the current task's call, `timeout_s` from now; `stop` it when it ends."""
@@ -57,7 +56,7 @@ class TimeLimits:
         assert task is not None, "a time limit needs a task"
         deadline = Deadline(self.loop.time() + timeout_s, task)
         self._running.add(deadline)
-        if self._timer is None or deadline.when < self._timer_when:
+        if self._timer is None or deadline.when < self._timer.when():
             self._arm(deadline.when)
         return deadline
 
@@ -69,7 +68,6 @@ class TimeLimits:
         if self._timer is not None:
             self._timer.cancel()
         self._timer = self.loop.call_at(when, self._expire)
-        self._timer_when = when
 
     def _expire(self) -> None:
         self._timer = None
