@@ -47,19 +47,28 @@ def _secret_shapes(secret_name: str) -> tuple[tuple[re.Pattern[str], str], ...]:
     )
 
 
-_SECRET_KEY = re.compile(SECRET_NAME, re.I)
-_SECRET_SHAPES = _secret_shapes(SECRET_NAME)
+_owner_keys: tuple[str, ...] = ()
+_owner_patterns: tuple[str, ...] = ()
 
 
 def configure_redaction(keys: Sequence[str] = (), patterns: Sequence[str] = ()) -> None:
     """Add the owner's secret field names (`REDACT_KEYS`) and value regexes (`REDACT_PATTERNS`)."""
-    global _SECRET_KEY, _SECRET_SHAPES
-    names = SECRET_NAME if not keys else f"(?:{SECRET_NAME}|{'|'.join(re.escape(key) for key in keys)})"
-    _SECRET_KEY = re.compile(names, re.I)
-    extra = tuple((re.compile(pattern), REDACTED) for pattern in patterns)
-    _SECRET_SHAPES = _secret_shapes(names) + extra
+    global _owner_keys, _owner_patterns
+    _owner_keys, _owner_patterns = tuple(keys), tuple(patterns)
+    _rules.cache_clear()
     is_secret_name.cache_clear()
     _redact_short.cache_clear()
+
+
+@functools.cache
+def _rules() -> tuple[re.Pattern[str], tuple[tuple[re.Pattern[str], str], ...]]:
+    """The secret-name regex and the secret shapes, compiled when first used: compiling them
+    takes a millisecond, and a server that starts cleanly redacts nothing before its first call."""
+    names = SECRET_NAME
+    if _owner_keys:
+        names = f"(?:{SECRET_NAME}|{'|'.join(re.escape(key) for key in _owner_keys)})"
+    owner_shapes = tuple((re.compile(pattern), REDACTED) for pattern in _owner_patterns)
+    return re.compile(names, re.I), _secret_shapes(names) + owner_shapes
 
 
 # Absolute paths: /a/b (two segments or more, so "km/h" or "/s" stay), ~/x, C:\x.
@@ -69,7 +78,7 @@ _PATH = re.compile(r"(?<![\w.:/\\~])(?:~|[A-Za-z]:)?[/\\](?:[\w.@%+-]+[/\\])+[\w
 @functools.lru_cache(maxsize=1024)
 def is_secret_name(name: str) -> bool:
     """Whether a field called `name` holds a secret. Cached: the same keys come by on every line."""
-    return _SECRET_KEY.search(name) is not None
+    return _rules()[0].search(name) is not None
 
 
 def redact_text(text: str) -> str:
@@ -88,7 +97,7 @@ def _redact_short(text: str) -> str:
 
 
 def _redact(text: str) -> str:
-    for pattern, replacement in _SECRET_SHAPES:
+    for pattern, replacement in _rules()[1]:
         text = pattern.sub(replacement, text)
     return text
 
