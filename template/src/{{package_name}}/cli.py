@@ -8,6 +8,7 @@ Only `serve`, `check`, `budget` and `keys` load the SDK: `--help`, `--version`,
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import signal
@@ -63,17 +64,25 @@ def run_delegated(command: str, argv: list[str]) -> int:
 
 
 def serve(transport: str, host: str, port: int) -> int:
-    from .core._stdio_guard import claim_stdio
+    # Start-up makes objects that live as long as the process: modules, classes, the tools'
+    # models. The cyclic collector would walk them again at every collection while they are
+    # made, so it waits until serving starts and then leaves them out (the gc.freeze recipe).
+    gc.disable()
+    try:
+        from .core._stdio_guard import claim_stdio
 
-    in_terminal = transport == "stdio" and os.isatty(0)
-    # First, before any import of the owner's code can print: stdout is the wire.
-    pipes = claim_stdio() if transport == "stdio" else None
+        in_terminal = transport == "stdio" and os.isatty(0)
+        # First, before any import of the owner's code can print: stdout is the wire.
+        pipes = claim_stdio() if transport == "stdio" else None
 
-    import anyio
+        import anyio
 
-    from .core._app import build_from_environment
+        from .core._app import build_from_environment
 
-    server = build_from_environment()
+        server = build_from_environment()
+    finally:
+        gc.freeze()
+        gc.enable()
     if in_terminal:
         # The thread reading a terminal cannot be interrupted: Ctrl+C would wait for a line.
         signal.signal(signal.SIGINT, _stop_at_ctrl_c)
