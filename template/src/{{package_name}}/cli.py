@@ -8,12 +8,13 @@ Only `serve`, `check`, `budget` and `keys` load the SDK: `--help`, `--version`,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from .project import DESCRIPTION, SLUG, installed_version
 
@@ -64,11 +65,7 @@ def run_delegated(command: str, argv: list[str]) -> int:
 
 
 def serve(transport: str, host: str, port: int) -> int:
-    # Start-up makes objects that live as long as the process: modules, classes, the tools'
-    # models. The cyclic collector would walk them again at every collection while they are
-    # made, so it waits until serving starts and then leaves them out (the gc.freeze recipe).
-    gc.disable()
-    try:
+    with no_collection_until_serving():
         from .core._stdio_guard import claim_stdio
 
         in_terminal = transport == "stdio" and os.isatty(0)
@@ -80,9 +77,6 @@ def serve(transport: str, host: str, port: int) -> int:
         from .core._app import build_from_environment
 
         server = build_from_environment()
-    finally:
-        gc.freeze()
-        gc.enable()
     if in_terminal:
         # The thread reading a terminal cannot be interrupted: Ctrl+C would wait for a line.
         signal.signal(signal.SIGINT, _stop_at_ctrl_c)
@@ -93,6 +87,22 @@ def serve(transport: str, host: str, port: int) -> int:
     else:
         anyio.run(server.serve_http, host, port)
     return 0
+
+
+@contextlib.contextmanager
+def no_collection_until_serving() -> Iterator[None]:
+    """No cyclic garbage collection while the server is built; its objects frozen out of it after.
+
+    Start-up makes objects that live as long as the process: modules, classes, the tools'
+    models. The collector would walk them again at every collection while they pile up, and
+    at every full one after; frozen (the recipe of `gc.freeze`'s documentation), they are not.
+    """
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def terminal_hint() -> str:
