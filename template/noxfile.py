@@ -78,13 +78,37 @@ def budget(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Run every benchmarks/bench_*.py, or one with its options: `nox -s bench -- overhead --rounds 10`."""
     session.install("-e", ".[dev]")
-    # FastMCP is a point of comparison for bench_overhead.py, never a dependency of the project.
-    session.install("fastmcp>=4")
     scripts = sorted(Path("benchmarks").glob("bench_*.py"))
     if session.posargs:
         scripts = [Path("benchmarks") / f"bench_{session.posargs[0]}.py"]
     for script in scripts:
-        session.run("python", str(script), *session.posargs[1:])
+        options = ["--fastmcp-path", fastmcp_beside(session)] if script.name == "bench_overhead.py" else []
+        session.run("python", str(script), *options, *session.posargs[1:])
+
+
+# Every distribution installed in the session as `name==version`, but the project (argv[1]).
+PINS = """
+import importlib.metadata, re, sys
+project = re.sub(r"[-_.]+", "-", sys.argv[1]).lower()
+for dist in importlib.metadata.distributions():
+    if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() != project:
+        print(f"{dist.metadata['Name']}=={dist.version}")
+"""
+
+
+def fastmcp_beside(session: nox.Session) -> str:
+    """FastMCP in a directory of its own, at the versions of everything the session has.
+
+    FastMCP is bench_overhead.py's point of comparison, never a dependency. Installed into
+    the session, it would bring Rich, which structlog loads whenever it is importable: the
+    servers measured would no longer be this project's as it runs anywhere else.
+    """
+    target = Path(session.create_tmp()) / "fastmcp"
+    constraints = target.with_name("fastmcp-constraints.txt")
+    pins = session.run("python", "-c", PINS, PROJECT["name"], silent=True)
+    constraints.write_text(str(pins), encoding="utf-8")
+    session.install("--target", str(target), "--constraint", str(constraints), "fastmcp>=4")
+    return str(target)
 
 
 @nox.session(default=False)
