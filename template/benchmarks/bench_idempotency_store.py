@@ -9,6 +9,11 @@ One call is what the resilience layer does for a new key: `claim` (committed dur
 with `--concurrency` callers at once; latency p50/p99 of one call; and replays per second
 (a retry of a completed key). The store alone, without MCP around it. SQLite always;
 PostgreSQL too in a project rendered with that backend (`project.IDEMPOTENCY_BACKEND`).
+
+Under each backend, "durable commit" is its floor: one row inserted and committed durably
+on its own, in the same place, as the claim must be before the side effect starts (an
+fsync of the SQLite file; PostgreSQL's WAL flush and one round trip). No new key can cost
+less than that; the rest of a call is the store's own work.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -46,6 +52,51 @@ async def one_call(store: Any, key: str) -> float:
     return time.perf_counter() - started
 
 
+FLOOR_TABLE = "CREATE TABLE IF NOT EXISTS bench_floor (key text PRIMARY KEY)"
+
+
+def latency_row(name: str, latencies: list[float]) -> str:
+    """A row with only the sequential rate and the latencies."""
+    cuts = statistics.quantiles(latencies, n=100)
+    return (
+        f"{name:<18} {len(latencies) / sum(latencies):>9.0f} {'-':>14}"
+        f" {cuts[49] * 1000:>8.2f} {cuts[98] * 1000:>8.2f} {'-':>11}"
+    )
+
+
+def sqlite_floor(path: Path, calls: int) -> list[float]:
+    """Durable single-row commits in an SQLite file in WAL mode, as a claim's commit is."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(FLOOR_TABLE)
+        latencies = []
+        for n in range(calls + 50):
+            started = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO bench_floor (key) VALUES (?)", (f"k-{n}",))
+            conn.execute("COMMIT")
+            latencies.append(time.perf_counter() - started)
+        return latencies[50:]  # the first ones warm the file up
+    finally:
+        conn.close()
+
+
+async def postgres_floor(dsn: str, calls: int) -> list[float]:
+    """Single-row inserts, each its own durably committed transaction, one round trip each."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(FLOOR_TABLE)
+        latencies = []
+        for n in range(calls + 50):
+            started = time.perf_counter()
+            await conn.execute("INSERT INTO bench_floor (key) VALUES (%s)", (f"k-{n}",))
+            latencies.append(time.perf_counter() - started)
+        return latencies[50:]
+
+
 async def measure(name: str, store: Any, calls: int, concurrency: int) -> str:
     await store.open()
     try:
@@ -74,7 +125,7 @@ async def measure(name: str, store: Any, calls: int, concurrency: int) -> str:
         await store.close()
     cuts = statistics.quantiles(latencies, n=100)
     return (
-        f"{name:<9} {calls / sequential_s:>9.0f} {calls / concurrent_s:>14.0f}"
+        f"{name:<18} {calls / sequential_s:>9.0f} {calls / concurrent_s:>14.0f}"
         f" {cuts[49] * 1000:>8.2f} {cuts[98] * 1000:>8.2f} {calls / replay_s:>11.0f}"
     )
 
@@ -126,13 +177,15 @@ async def main(argv: list[str]) -> int:
 
     sys.stdout.write(f"{args.calls} calls (claim + start + complete) per run; {os.cpu_count()} CPUs\n")
     sys.stdout.write(
-        f"{'backend':<9} {'calls/s':>9} {f'calls/s x{args.concurrency}':>14}"
+        f"{'backend':<18} {'calls/s':>9} {f'calls/s x{args.concurrency}':>14}"
         f" {'p50 ms':>8} {'p99 ms':>8} {'replays/s':>11}\n"
     )
     sqlite = package("core._idempotency.sqlite")
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         store = sqlite.SQLiteStore(Path(directory) / idempotency.DB_FILENAME)
         sys.stdout.write(await measure("sqlite", store, args.calls, args.concurrency) + "\n")
+        floor = sqlite_floor(Path(directory) / "floor.db", args.calls)
+        sys.stdout.write(latency_row("  durable commit", floor) + "\n")
     if project.IDEMPOTENCY_BACKEND == "postgres":
         postgres = package("core._idempotency.postgres")
         with postgres_target(args.dsn) as dsn:
@@ -142,6 +195,8 @@ async def main(argv: list[str]) -> int:
             else:
                 store = postgres.PostgresStore(dsn, pool_max_size=args.concurrency)
                 sys.stdout.write(await measure("postgres", store, args.calls, args.concurrency) + "\n")
+                floor = await postgres_floor(dsn, args.calls)
+                sys.stdout.write(latency_row("  durable commit", floor) + "\n")
     return 0
 
 
