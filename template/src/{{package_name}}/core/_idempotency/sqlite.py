@@ -1,8 +1,11 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
 """The idempotency table in an SQLite file, safe for several processes sharing it.
 
-Two clients may launch the same server on one machine, so every session is a
-`BEGIN IMMEDIATE` transaction: the file lock makes a claim atomic across processes.
+Two clients may launch the same server on one machine, so a session of several
+statements is a `BEGIN IMMEDIATE` transaction: the file lock makes it atomic across
+processes. A session of one statement (a new key's claim, the start mark, the outcome, a
+read) runs it in autocommit mode, as on PostgreSQL: one statement is atomic on its own,
+and a read then takes no write lock.
 
 The statements run on the event loop itself, not in a worker thread: each takes tens
 of microseconds, far less than a thread hop, and a session never awaits between its
@@ -141,8 +144,12 @@ class SQLiteStore(SQLStore):
         if conn is None:
             raise RuntimeError("the idempotency store is not open: call open() first")
         try:
-            with _transaction(conn, durable=durable):
-                yield _SQLiteSession(conn)
+            if transaction:
+                with _transaction(conn, durable=durable):
+                    yield _SQLiteSession(conn)
+            else:
+                with _flushed(conn, durable=durable):
+                    yield _SQLiteSession(conn)
         except sqlite3.OperationalError as exc:
             if not self._opened:
                 raise
@@ -208,16 +215,10 @@ def _switch_to_wal(conn: sqlite3.Connection) -> None:
 
 @contextmanager
 def _transaction(conn: sqlite3.Connection, *, durable: bool) -> Iterator[None]:
-    """One write transaction holding the file's write lock from its first statement.
-
-    `durable`: the commit reaches the disk before returning (a claim must survive a
-    power cut). The others may be lost then, which only turns a claim into a key in doubt.
-    """
+    """One write transaction holding the file's write lock from its first statement."""
     if conn.in_transaction:
         raise RuntimeError("an idempotency store session is already open on this connection")
-    if durable:
-        conn.execute("PRAGMA synchronous = FULL")
-    try:
+    with _flushed(conn, durable=durable):
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield
@@ -226,6 +227,17 @@ def _transaction(conn: sqlite3.Connection, *, durable: bool) -> Iterator[None]:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+
+@contextmanager
+def _flushed(conn: sqlite3.Connection, *, durable: bool) -> Iterator[None]:
+    """`durable`: the commits inside reach the disk before they return (a claim must survive
+    a power cut). Others may be lost then, which only turns a claim into a key in doubt."""
+    if not durable:
+        yield
+        return
+    conn.execute("PRAGMA synchronous = FULL")
+    try:
+        yield
     finally:
-        if durable:
-            conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
