@@ -143,13 +143,10 @@ class SQLiteStore(SQLStore):
         conn = self._conn
         if conn is None:
             raise RuntimeError("the idempotency store is not open: call open() first")
+        scope = _transaction(conn, durable=durable) if transaction else _flushed(conn, durable=durable)
         try:
-            if transaction:
-                with _transaction(conn, durable=durable):
-                    yield _SQLiteSession(conn)
-            else:
-                with _flushed(conn, durable=durable):
-                    yield _SQLiteSession(conn)
+            with scope:
+                yield _SQLiteSession(conn)
         except sqlite3.OperationalError as exc:
             if not self._opened:
                 raise
