@@ -41,6 +41,7 @@ TOOL = "send_invoice"
 FINGERPRINT = idempotency.fingerprint({"customer": "c-42", "amount_cents": 1999})
 RESULT: dict[str, Any] = {"content": [{"type": "text", "text": "invoice sent"}], "isError": False}
 LEASE_S = 60.0
+WARM_UP = 50  # calls before the measured ones: connections, caches, prepared statements
 
 
 async def one_call(store: Any, key: str) -> float:
@@ -55,30 +56,32 @@ async def one_call(store: Any, key: str) -> float:
 FLOOR_TABLE = "CREATE TABLE IF NOT EXISTS bench_floor (key text PRIMARY KEY)"
 
 
-def latency_row(name: str, latencies: list[float]) -> str:
-    """A row with only the sequential rate and the latencies."""
+def percentiles(latencies: list[float]) -> str:
+    """The p50 and p99 columns, in milliseconds."""
     cuts = statistics.quantiles(latencies, n=100)
-    return (
-        f"{name:<18} {len(latencies) / sum(latencies):>9.0f} {'-':>14}"
-        f" {cuts[49] * 1000:>8.2f} {cuts[98] * 1000:>8.2f} {'-':>11}"
-    )
+    return f" {cuts[49] * 1000:>8.2f} {cuts[98] * 1000:>8.2f}"
+
+
+def floor_row(latencies: list[float]) -> str:
+    """The floor's row: only the sequential rate and the latencies."""
+    rate = len(latencies) / sum(latencies)
+    return f"{'  durable commit':<18} {rate:>9.0f} {'-':>14}{percentiles(latencies)} {'-':>11}"
 
 
 def sqlite_floor(path: Path, calls: int) -> list[float]:
-    """Durable single-row commits in an SQLite file in WAL mode, as a claim's commit is."""
+    """Single-row inserts in an SQLite file in WAL mode, each committed on its own and
+    flushed to the disk, as a new key's claim is."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute(FLOOR_TABLE)
         latencies = []
-        for n in range(calls + 50):
+        for n in range(WARM_UP + calls):
             started = time.perf_counter()
-            conn.execute("BEGIN IMMEDIATE")
             conn.execute("INSERT INTO bench_floor (key) VALUES (?)", (f"k-{n}",))
-            conn.execute("COMMIT")
             latencies.append(time.perf_counter() - started)
-        return latencies[50:]  # the first ones warm the file up
+        return latencies[WARM_UP:]
     finally:
         conn.close()
 
@@ -90,17 +93,17 @@ async def postgres_floor(dsn: str, calls: int) -> list[float]:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute(FLOOR_TABLE)
         latencies = []
-        for n in range(calls + 50):
+        for n in range(WARM_UP + calls):
             started = time.perf_counter()
             await conn.execute("INSERT INTO bench_floor (key) VALUES (%s)", (f"k-{n}",))
             latencies.append(time.perf_counter() - started)
-        return latencies[50:]
+        return latencies[WARM_UP:]
 
 
 async def measure(name: str, store: Any, calls: int, concurrency: int) -> str:
     await store.open()
     try:
-        for n in range(50):  # warm up: connections, caches, prepared statements
+        for n in range(WARM_UP):
             await one_call(store, f"warm-{n}")
 
         started = time.perf_counter()
@@ -123,10 +126,9 @@ async def measure(name: str, store: Any, calls: int, concurrency: int) -> str:
         replay_s = time.perf_counter() - started
     finally:
         await store.close()
-    cuts = statistics.quantiles(latencies, n=100)
     return (
         f"{name:<18} {calls / sequential_s:>9.0f} {calls / concurrent_s:>14.0f}"
-        f" {cuts[49] * 1000:>8.2f} {cuts[98] * 1000:>8.2f} {calls / replay_s:>11.0f}"
+        f"{percentiles(latencies)} {calls / replay_s:>11.0f}"
     )
 
 
@@ -184,8 +186,7 @@ async def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         store = sqlite.SQLiteStore(Path(directory) / idempotency.DB_FILENAME)
         sys.stdout.write(await measure("sqlite", store, args.calls, args.concurrency) + "\n")
-        floor = sqlite_floor(Path(directory) / "floor.db", args.calls)
-        sys.stdout.write(latency_row("  durable commit", floor) + "\n")
+        sys.stdout.write(floor_row(sqlite_floor(Path(directory) / "floor.db", args.calls)) + "\n")
     if project.IDEMPOTENCY_BACKEND == "postgres":
         postgres = package("core._idempotency.postgres")
         with postgres_target(args.dsn) as dsn:
@@ -195,8 +196,7 @@ async def main(argv: list[str]) -> int:
             else:
                 store = postgres.PostgresStore(dsn, pool_max_size=args.concurrency)
                 sys.stdout.write(await measure("postgres", store, args.calls, args.concurrency) + "\n")
-                floor = await postgres_floor(dsn, args.calls)
-                sys.stdout.write(latency_row("  durable commit", floor) + "\n")
+                sys.stdout.write(floor_row(await postgres_floor(dsn, args.calls)) + "\n")
     return 0
 
 
