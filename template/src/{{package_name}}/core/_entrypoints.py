@@ -6,7 +6,8 @@
   abandoned thread sees `cancelled()` turn true, and is counted and bounded.
 - A `side_effect=True` tool gains a required `idempotency_key` argument; the function
   receives it only if it declares an `idempotency_key` parameter itself. Its start is
-  recorded right before the body runs, so a call that never got there can run again.
+  recorded right before the body runs (an async tool's claim records it already), so a
+  call that never got there can run again.
 - `SystemExit` and `KeyboardInterrupt` from a tool become a FatalError: answered, then
   the process exits, instead of unwinding the event loop with the client left waiting.
 """

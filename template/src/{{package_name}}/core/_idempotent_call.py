@@ -11,6 +11,7 @@ function, when it has one, settles a key in doubt on the next retry.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -46,21 +47,23 @@ async def run_once(
     correlation_id: str,
     run: Callable[[Attempts], Awaitable[Attempts]],
     reconcile: Reconcile | None = None,
+    start_with_claim: bool = False,
 ) -> Attempts:
-    """Claim (tool, key), run at most once, and record the outcome for every retry."""
+    """Claim (tool, key), run at most once, and record the outcome for every retry.
+
+    `start_with_claim`: nothing can come between the claim and the body (an async tool
+    that asks the client nothing first), so the claim records the body's start itself.
+    """
     try:
-        claim = await store.claim(tool, key, fingerprint, lease_s)
+        claim = await store.claim(tool, key, fingerprint, lease_s, started=start_with_claim)
         if claim.kind == "in_doubt" and reconcile is not None and claim.reconcilable:
-            claim = await _reconciled(store, tool, key, fingerprint, lease_s, reconcile)
+            claim = await _reconciled(store, tool, key, fingerprint, lease_s, reconcile, start_with_claim)
     except StoreUnavailableError as exc:
         return Attempts(failure=classify(exc, tool, correlation_id))
     if claim.kind != "new":
         return _answer_without_running(claim, tool, key)
 
-    async def started() -> None:
-        await store.mark_started(tool, key)
-
-    body = Body(on_start=started)
+    body = Body(on_start=None if start_with_claim else functools.partial(store.mark_started, tool, key))
     token = set_body(body)
     try:
         outcome = await run(Attempts())
@@ -108,7 +111,13 @@ def _answer_without_running(claim: Claim, tool: str, key: str) -> Attempts:
 
 
 async def _reconciled(
-    store: IdempotencyStore, tool: str, key: str, fingerprint: str, lease_s: float, reconcile: Reconcile
+    store: IdempotencyStore,
+    tool: str,
+    key: str,
+    fingerprint: str,
+    lease_s: float,
+    reconcile: Reconcile,
+    start_with_claim: bool,
 ) -> Claim:
     """Ask the tool's reconcile function about a key in doubt; settle it and claim again if it knows."""
     verdict = await _ask(reconcile, tool, key)
@@ -116,7 +125,8 @@ async def _reconciled(
     if verdict == "unknown":
         return Claim("in_doubt")
     await store.settle(tool, key, "done" if verdict == "done" else "failed", RECONCILED_NOTE)
-    return await store.claim(tool, key, fingerprint, lease_s)  # done: a replay; not_done: new
+    # done: a replay; not_done: new
+    return await store.claim(tool, key, fingerprint, lease_s, started=start_with_claim)
 
 
 async def _ask(reconcile: Reconcile, tool: str, key: str) -> Reconciled:

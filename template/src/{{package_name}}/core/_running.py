@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar, Token
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 MAX_ABANDONED_THREADS = 16  # past this, new sync calls are refused until some finish
 
@@ -43,7 +43,7 @@ def cancelled() -> bool:
     cancelled outright; for them this is always False.
     """
     call = _CALL.get()
-    return call is not None and call.body is not None and call.body.stop.is_set()
+    return call is not None and call.body is not None and call.body.stopped
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Body:
 
     on_start: Callable[[], Awaitable[None]] | None = None
     started: bool = False
-    stop: threading.Event = field(default_factory=threading.Event)
+    stopped: bool = False  # set on the loop, read by the body's thread: a flag is all it needs
     _thread_running: bool = False
     abandoned: bool = False
 
@@ -75,7 +75,7 @@ class Body:
 
     def abandon(self) -> None:
         """The caller stopped waiting (time limit, cancellation): tell the body, count its thread."""
-        self.stop.set()
+        self.stopped = True
         with _ABANDONED.lock:
             if self._thread_running and not self.abandoned:
                 self.abandoned = True
@@ -126,7 +126,7 @@ def set_body(body: Body | None) -> Token[Call | None]:
     context and must keep seeing its own body after the call moves on.
     """
     call = _CALL.get()
-    return _CALL.set(replace(call, body=body) if call is not None else Call("", "", body))
+    return _CALL.set(Call(call.correlation_id, call.tool, body) if call is not None else Call("", "", body))
 
 
 def reset_body(token: Token[Call | None]) -> None:

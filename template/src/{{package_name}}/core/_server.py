@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import random
 import time
 from dataclasses import dataclass, field
@@ -66,6 +67,9 @@ class ServedTool:
     spec: ToolSpec
     validator: ArgumentValidator
     tool: Tool
+    # Nothing comes between a side-effecting call's claim and its body (an async function
+    # whose parameters the client is not asked for first): the claim records the start.
+    start_with_claim: bool
     # The output model and its TypeAdapter, which FuncMetadata keeps as a pydantic private
     # attribute: reading one costs three `__getattr__` fallbacks on every call.
     _output: list[tuple[Any, TypeAdapter[Any]]] = field(default_factory=list, compare=False)
@@ -121,7 +125,8 @@ def build_tool(spec: ToolSpec, *, strict: bool) -> tuple[Tool, ServedTool]:
     elif tool.fn_metadata.output_schema is not None:
         tool.fn_metadata.output_schema = without_titles(tool.fn_metadata.output_schema)
     validator = ArgumentValidator(tool.parameters, tool.fn_metadata, strict=strict)
-    return tool, ServedTool(spec, validator, tool)
+    start_with_claim = inspect.iscoroutinefunction(spec.fn) and not tool.resolved_params
+    return tool, ServedTool(spec, validator, tool, start_with_claim)
 
 
 def _past_time_limit(spec: ToolSpec, timeout_s: float) -> Failure:
@@ -244,6 +249,7 @@ class ResilientServer(MCPServer[Any]):
             correlation_id=correlation_id,
             run=functools.partial(self._run, served, attempt, correlation_id, timeout_s),
             reconcile=spec.reconcile,
+            start_with_claim=served.start_with_claim,
         )
 
     async def _run(

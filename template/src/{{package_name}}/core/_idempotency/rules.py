@@ -71,9 +71,12 @@ def pending_in_doubt_reason(existing: ExistingKey, now: float, me: Instance) -> 
     return owner_gone_reason(existing.owner, me, now)
 
 
+_RESULT_JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))  # made once, as for fingerprints
+
+
 def encode_result(result: object) -> str:
     """Stored as ASCII JSON text: any string a tool returns survives both backends."""
-    return json.dumps(result, ensure_ascii=True, separators=(",", ":"))
+    return _RESULT_JSON.encode(result)
 
 
 def health_verdict(in_doubt: int, heartbeat: HeartbeatThread | None, where: str) -> tuple[HealthStatus, str]:

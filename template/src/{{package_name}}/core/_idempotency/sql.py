@@ -175,7 +175,7 @@ class Statements:
             "INSERT INTO idempotency_keys"
             " (tool, key, fingerprint, state, owner, created_at, updated_at, lease_until, body)"
             f" VALUES (:tool, :key, :fingerprint, 'pending', :owner, {now}, {now},"
-            f" {d.after.format(':lease')}, :not_started)"
+            f" {d.after.format(':lease')}, :body)"
             " ON CONFLICT (tool, key) DO NOTHING"
         )
         existing = (
@@ -189,7 +189,7 @@ class Statements:
         self.select_existing = c(existing + d.row_lock)
         self.delete_key = c("DELETE FROM idempotency_keys WHERE tool = :tool AND key = :key")
         self.take_over = c(
-            f"UPDATE idempotency_keys SET owner = :owner, updated_at = {now}, note = '',"
+            f"UPDATE idempotency_keys SET owner = :owner, updated_at = {now}, note = '', body = :body,"
             f" lease_until = {d.after.format(':lease')} WHERE tool = :tool AND key = :key"
         )
         self.set_in_doubt = c(
@@ -399,7 +399,9 @@ class SQLStore(IdempotencyStore):
 
     # --- the table's operations -------------------------------------------------
 
-    async def claim(self, tool: str, key: str, fingerprint: str, lease_s: float) -> Claim:
+    async def claim(
+        self, tool: str, key: str, fingerprint: str, lease_s: float, *, started: bool = False
+    ) -> Claim:
         sql = self.sql
         params = {
             "tool": tool,
@@ -408,7 +410,7 @@ class SQLStore(IdempotencyStore):
             "owner": self.me.instance_id,
             "lease": float(lease_s),
             "ttl": float(self.ttl_s),
-            "not_started": BODY_NOT_STARTED,
+            "body": BODY_RUNNING if started else BODY_NOT_STARTED,  # what the claim records
         }
         # A new key, the common case: one statement, committed durably before the effect.
         async with self._session("claim", durable=True) as db:

@@ -71,12 +71,18 @@ class IdempotencyStore(ABC):
         """Stop the heartbeat and unregister: this instance's pending claims become in doubt."""
 
     @abstractmethod
-    async def claim(self, tool: str, key: str, fingerprint: str, lease_s: float) -> Claim:
+    async def claim(
+        self, tool: str, key: str, fingerprint: str, lease_s: float, *, started: bool = False
+    ) -> Claim:
         """Claim (tool, key) for a call expected to end within `lease_s` seconds.
 
         A `new` claim is committed durably before this returns, so the side effect that
         follows is never repeated, even if the process dies right after it. A pending
         claim whose owner died before its body started is taken over as `new`.
+
+        `started`: the body follows the claim with nothing to wait for in between, so the
+        claim records its start too and no `mark_started` follows (a claim whose owner dies
+        is then in doubt, never taken over).
         """
 
     @abstractmethod
