@@ -10,6 +10,9 @@
   call that never got there can run again.
 - `SystemExit` and `KeyboardInterrupt` from a tool become a FatalError: answered, then
   the process exits, instead of unwinding the event loop with the client left waiting.
+- Any other `BaseException` the tool raised (a `CancelledError` that is not this call's
+  own cancellation, `GeneratorExit`, a class of its own) becomes an ordinary crash of this
+  call: escaping, it would end the stdio session or break the HTTP session manager.
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ from pydantic import Field
 
 from ._errors import FatalError, TransientError
 from ._idempotency import KEY_ARGUMENT
-from ._running import MAX_ABANDONED_THREADS, Body, abandoned_threads, current_body, reset_body, set_body
+from ._running import (
+    MAX_ABANDONED_THREADS,
+    Body,
+    abandoned_threads,
+    current_body,
+    is_own_cancellation,
+    reset_body,
+    set_body,
+)
 from ._tool import ToolSpec
 
 KEY_DESCRIPTION = (
@@ -56,8 +67,12 @@ def entrypoint(spec: ToolSpec) -> Callable[..., Any]:
         if is_async:
             try:
                 return await fn(*args, **kwargs)
-            except (SystemExit, KeyboardInterrupt) as exc:
-                raise _stopping(exc) from exc
+            except Exception:
+                raise
+            except BaseException as exc:
+                if is_own_cancellation(exc):
+                    raise
+                raise _as_exception(exc) from exc
         return await _in_thread(body, functools.partial(fn, *args, **kwargs))
 
     functools.update_wrapper(call, fn)
@@ -67,13 +82,17 @@ def entrypoint(spec: ToolSpec) -> Callable[..., Any]:
 
 
 def _plain_async(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """An async tool without side effects: only SystemExit and KeyboardInterrupt are caught."""
+    """An async tool without side effects: only what is not an `Exception` is caught."""
 
     async def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return await fn(*args, **kwargs)
-        except (SystemExit, KeyboardInterrupt) as exc:
-            raise _stopping(exc) from exc
+        except Exception:
+            raise
+        except BaseException as exc:
+            if is_own_cancellation(exc):
+                raise
+            raise _as_exception(exc) from exc
 
     return call
 
@@ -85,8 +104,10 @@ async def _in_thread(body: Body, work: Callable[[], Any]) -> Any:
         body.enter_thread()
         try:
             return work()
-        except (SystemExit, KeyboardInterrupt) as exc:
-            raise _stopping(exc) from exc
+        except Exception:
+            raise
+        except BaseException as exc:  # nothing cancels a thread: whatever this is, the tool raised it
+            raise _as_exception(exc) from exc
         finally:
             body.leave_thread()
 
@@ -110,8 +131,15 @@ def _refuse_past_the_thread_bound() -> None:
         )
 
 
-def _stopping(exc: BaseException) -> FatalError:
-    return FatalError(f"the tool raised {type(exc).__name__}", "the server stops after answering")
+class ToolRaisedBaseException(Exception):
+    """The tool raised a BaseException that asks nothing of the server: this call crashed."""
+
+
+def _as_exception(exc: BaseException) -> Exception:
+    """What a tool's BaseException becomes: a stop of the server, or a crash of this call."""
+    if isinstance(exc, SystemExit | KeyboardInterrupt):
+        return FatalError(f"the tool raised {type(exc).__name__}", "the server stops after answering")
+    return ToolRaisedBaseException(f"the tool raised {type(exc).__name__}")
 
 
 def _require_key(wrapper: Callable[..., Any], signature: inspect.Signature) -> None:

@@ -7,12 +7,17 @@ finds a handler on the root logger and leaves it alone.
 The one line per tool call is written by `log_call`, not through the processor chain:
 its fields are known (only the tool name and the caller's subject can come from
 outside, so only they are redacted) and it is the one line on every call's path.
+
+Python's own last resort for an exception nobody caught (`sys.excepthook`, a thread's
+`threading.excepthook`, `sys.unraisablehook`) would print a raw traceback, secrets and
+all: they log a redacted JSON line instead.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections.abc import MutableMapping
 from json.encoder import encode_basestring_ascii as _quote
@@ -146,6 +151,33 @@ def configure_logging(level: str = "info") -> None:
     quiet = logging.DEBUG if numeric_level <= logging.DEBUG else logging.WARNING
     for name in ("mcp", "httpx", "uvicorn.access"):
         logging.getLogger(name).setLevel(quiet)
+    sys.excepthook = _log_uncaught
+    threading.excepthook = _log_uncaught_in_thread
+    sys.unraisablehook = _log_unraisable
+
+
+def _log_uncaught(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    get_logger("uncaught").error("uncaught_exception", exc_info=(kind, value, tb))
+
+
+def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:
+        return  # what the default hook ignores too
+    thread = args.thread.name if args.thread is not None else None
+    get_logger("uncaught").error(
+        "uncaught_exception",
+        thread=thread,
+        exc_info=(args.exc_type, args.exc_value or args.exc_type(), args.exc_traceback),
+    )
+
+
+def _log_unraisable(unraisable: Any) -> None:
+    value = unraisable.exc_value or unraisable.exc_type()
+    get_logger("uncaught").error(
+        "unraisable_exception",
+        detail=unraisable.err_msg or "",
+        exc_info=(unraisable.exc_type, value, unraisable.exc_traceback),
+    )
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:

@@ -86,7 +86,7 @@ def classify(
         return Failure("terminal", _clip(str(exc).removeprefix(prefix)), exc)
     if isinstance(cause, PartialResult):
         return Failure("partial", str(cause), cause)
-    if isinstance(cause, FatalError):
+    if isinstance(cause, FatalError | SystemExit | KeyboardInterrupt):
         return Failure(
             "fatal",
             "the server hit an unrecoverable error and is stopping; "

@@ -14,6 +14,7 @@ one context variable: one lookup and one set per call, however many layers read 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar, Token
@@ -99,6 +100,16 @@ _ABANDONED = _AbandonedThreads()
 def abandoned_threads() -> int:
     """Sync tool bodies still running after their call gave up on them, in this process."""
     return _ABANDONED.count
+
+
+def is_own_cancellation(exc: BaseException) -> bool:
+    """Whether `exc` is the running task being cancelled (a client's cancel, a time limit, the
+    server stopping), not a CancelledError that code merely raised or let through from elsewhere
+    (e.g. awaiting a future someone else cancelled): only the first may unwind the call."""
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def current_call() -> Call | None:

@@ -48,7 +48,7 @@ from ._redaction import redact_text
 from ._resilience import Attempts, Failure, classify, in_doubt_message, run_with_retries
 from ._resources import Resources
 from ._result_size import fit_result
-from ._running import Call, current_body, enter_call, leave_call
+from ._running import Call, current_body, enter_call, is_own_cancellation, leave_call
 from ._settings import CoreSettings
 from ._startup import exit_fatal
 from ._stdio_guard import ProtocolPipes
@@ -190,7 +190,9 @@ class ResilientServer(MCPServer[Any]):
                 )
             else:  # the common case: no heartbeat task, no closure
                 outcome = await self._call(served, name, arguments, context, correlation_id)
-        except Exception as exc:  # a bug in this layer or a store: still an answer, never a leak
+        except BaseException as exc:  # a bug in this layer or a store: still an answer, never a leak
+            if is_own_cancellation(exc):
+                raise
             outcome = Attempts(failure=classify(exc, name, correlation_id))
         finally:
             leave_call(token)
