@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import importlib
 import os
@@ -83,7 +84,7 @@ def serve(transport: str, host: str, port: int) -> int:
         sys.stderr.write(terminal_hint())
         sys.stderr.flush()
     if pipes is not None:
-        anyio.run(server.serve_stdio, pipes)
+        anyio.run(functools.partial(server.serve_stdio, pipes, handle_sigint=not in_terminal))
     else:
         anyio.run(server.serve_http, host, port)
     return 0

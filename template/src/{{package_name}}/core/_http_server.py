@@ -4,15 +4,13 @@
 Host/Origin checks on every bind, bearer or OAuth through the SDK's auth hooks, the probes,
 bounded bodies, sessions and slow clients, uvicorn's lines through the JSON log, and a
 drain on SIGTERM/SIGINT: stop accepting, let calls in flight finish within
-`SHUTDOWN_GRACE_S`, cancel what is left (a side-effecting call cut there is in doubt), exit 0.
+`SHUTDOWN_GRACE_S`, cut and answer what is left (`_shutdown`), exit 0.
 """
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import socket
-import time
 from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -62,15 +60,15 @@ def auth_for(settings: CoreSettings, host: str, port: int) -> tuple[AuthSettings
 class DrainingServer(uvicorn.Server):
     """uvicorn's server, draining tool calls before it closes connections."""
 
-    def __init__(self, config: uvicorn.Config, mcp: ResilientServer, grace_s: float) -> None:
+    def __init__(self, config: uvicorn.Config, mcp: ResilientServer) -> None:
         super().__init__(config)
         self.mcp = mcp
-        self.grace_s = grace_s
         self.draining = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if not self.draining:
-            log.info("draining", signal=signal.Signals(sig).name, grace_s=self.grace_s)
+        # A second signal is only logged: uvicorn's would force an exit that loses the answers.
+        if not self.mcp.shutdown.begin(signal.Signals(sig).name):
+            return
         self.draining = True
         super().handle_exit(sig, frame)
         # uvicorn re-raises the signal after shutting down; a drained server exits 0 instead.
@@ -79,16 +77,10 @@ class DrainingServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:
             server.close()  # stop accepting; open connections still see /readyz say 503
-        deadline = time.monotonic() + self.grace_s
-        # A counter the call path keeps anyway: polled, rather than an event on every call.
-        while self.mcp.stats.in_flight and time.monotonic() < deadline and not self.force_exit:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
-        left = self.mcp.stats.in_flight
+        await self.mcp.drain()  # the calls cut at the grace are answered, not dropped
         AppStatus.should_exit = True  # now the SSE streams may end (standing GET streams too)
-        if left:
-            log.warning("drain_grace_exceeded", calls_cut=left, grace_s=self.grace_s)
-        # Then uvicorn closes connections (standing streams too) and cancels what is left.
-        self.config.timeout_graceful_shutdown = 0 if left else _FLUSH_S
+        # Then uvicorn closes connections (standing streams too) once the answers are written.
+        self.config.timeout_graceful_shutdown = _FLUSH_S
         await super().shutdown(sockets)
 
 
@@ -141,6 +133,6 @@ async def serve_http(server: ResilientServer, host: str, port: int) -> None:
     )
     # sse-starlette would end every SSE stream at the signal, answers to calls in flight included.
     AppStatus.enable_automatic_graceful_drain = False
-    uv = DrainingServer(config, server, settings.shutdown_grace_s)
+    uv = DrainingServer(config, server)
     holder.append(uv)
     await uv.serve()

@@ -15,13 +15,18 @@ progressToken is awaited directly (no heartbeat task), and a small result is not
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import random
+import signal
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import anyio
+import anyio.abc
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import (
     ResourceError,
@@ -50,6 +55,7 @@ from ._resources import Resources
 from ._result_size import fit_result
 from ._running import Call, current_body, enter_call, is_own_cancellation, leave_call
 from ._settings import CoreSettings
+from ._shutdown import Shutdown
 from ._startup import exit_fatal
 from ._stdio_guard import ProtocolPipes
 from ._stdio_transport import open_stdio
@@ -60,6 +66,7 @@ from ._validation import ArgumentValidator, harden_schema, unknown_tool_message,
 log = get_logger(__name__)
 LEASE_MARGIN_S = 30.0  # a claim outlives the call's time limit by this much before it is in doubt
 _NAME_IN_LOG = 100  # a client may send any name; the log keeps this much of it
+STOPPING_RETRY_AFTER_S = 2.0  # what a call refused or cut by the shutdown is told to wait
 
 
 @dataclass(frozen=True)
@@ -143,6 +150,21 @@ def _past_time_limit(spec: ToolSpec, timeout_s: float) -> Failure:
     )
 
 
+def _cut_at_shutdown(spec: ToolSpec | None) -> Failure:
+    """A call still running when the shutdown's grace ran out: in doubt if its effect may have begun."""
+    body = current_body()
+    if spec is not None and spec.side_effect and body is not None and body.started:
+        still = ", and may still be running" if body.still_running else ""
+        what = f"the server stopped before it finished{still}"
+        return Failure.refusal("in_doubt", in_doubt_message(spec.name, what))
+    return Failure.refusal(
+        "transient",
+        "the server is stopping and cut this call before it finished; "
+        f"retry in {STOPPING_RETRY_AFTER_S:g} s, when a restarted server or another replica answers",
+        retry_after_s=STOPPING_RETRY_AFTER_S,
+    )
+
+
 class ResilientServer(MCPServer[Any]):
     """MCPServer whose every tool call ends in a result the model can act on."""
 
@@ -168,6 +190,7 @@ class ResilientServer(MCPServer[Any]):
         self.fatal_exit: FatalExit | None = None  # armed only when serving a transport
         self.scopes_enforced = False  # a tool's `scopes` apply with AUTH=oauth over HTTP
         self._time_limits: TimeLimits | None = None  # the serving loop's, made on the first call
+        self.shutdown = Shutdown(app_settings.shutdown_grace_s)
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -181,6 +204,10 @@ class ResilientServer(MCPServer[Any]):
         stats = self.stats
         stats.in_flight += 1
         token = enter_call(call)
+        task = asyncio.current_task()
+        running = self.shutdown.calls
+        if task is not None:
+            running.add(task)
         try:
             if context is not None and progress_requested(context):
                 outcome = await with_heartbeat(
@@ -191,10 +218,14 @@ class ResilientServer(MCPServer[Any]):
             else:  # the common case: no heartbeat task, no closure
                 outcome = await self._call(served, name, arguments, context, correlation_id)
         except BaseException as exc:  # a bug in this layer or a store: still an answer, never a leak
-            if is_own_cancellation(exc):
+            if not is_own_cancellation(exc):
+                outcome = Attempts(failure=classify(exc, name, correlation_id))
+            elif self.shutdown.caused(exc):
+                outcome = Attempts(failure=_cut_at_shutdown(None))
+            else:
                 raise
-            outcome = Attempts(failure=classify(exc, name, correlation_id))
         finally:
+            running.discard(task)
             leave_call(token)
             stats.in_flight -= 1
             stats.calls += 1
@@ -226,6 +257,15 @@ class ResilientServer(MCPServer[Any]):
         context: Context[Any, Any] | None,
         correlation_id: str,
     ) -> Attempts:
+        if self.shutdown.stopping:
+            return Attempts(
+                failure=Failure.refusal(
+                    "transient",
+                    f"the server is stopping and takes no new calls; nothing was run. Retry in "
+                    f"{STOPPING_RETRY_AFTER_S:g} s, when a restarted server or another replica answers",
+                    retry_after_s=STOPPING_RETRY_AFTER_S,
+                )
+            )
         if served is None:
             return Attempts(failure=Failure.refusal("unknown_tool", unknown_tool_message(name, self.served)))
         spec = served.spec
@@ -283,13 +323,15 @@ class ResilientServer(MCPServer[Any]):
                 max_attempts=settings.retry_max_attempts,
                 max_total_s=settings.retry_max_s,
             )
-            return outcome
         except asyncio.CancelledError as exc:
-            if not deadline.caused(exc):
-                raise  # the client's cancellation, or the server's shutdown
+            if deadline.caused(exc):
+                outcome.failure = _past_time_limit(served.spec, timeout_s)
+            elif self.shutdown.caused(exc):
+                outcome.failure = _cut_at_shutdown(served.spec)
+            else:
+                raise  # the client's cancellation
         finally:
             limits.stop(deadline)
-        outcome.failure = _past_time_limit(served.spec, timeout_s)
         return outcome
 
     async def _run_tool(
@@ -355,17 +397,46 @@ class ResilientServer(MCPServer[Any]):
         finally:
             await self.close_dependencies()
 
-    async def serve_stdio(self, pipes: ProtocolPipes) -> None:
-        """Serve JSON-RPC on the pipes `claim_stdio` set aside, driven from the event loop."""
+    async def serve_stdio(self, pipes: ProtocolPipes, *, handle_sigint: bool = True) -> None:
+        """Serve JSON-RPC on the pipes `claim_stdio` set aside, driven from the event loop,
+        until stdin ends or a signal has drained the calls in flight (`_shutdown`).
+
+        `handle_sigint=False` leaves SIGINT to the caller (in a terminal, Ctrl+C exits at once).
+        """
         await self.open_dependencies()
         self.fatal_exit = FatalExit()
         try:
-            async with open_stdio(pipes, self.fatal_exit) as (read_stream, write_stream):
-                # MCPServer.run_stdio_async does the same, on fds 0/1 it would restore at exit.
-                lowlevel = self._lowlevel_server
-                await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+            async with anyio.create_task_group() as group:
+                stop = functools.partial(self._stop_on_signal, group)
+                with _stopped_by_signals(stop, sigint=handle_sigint):
+                    async with open_stdio(pipes, self.fatal_exit, self._end_of_input) as streams:
+                        # MCPServer.run_stdio_async does the same, on fds 0/1 it would restore at exit.
+                        lowlevel = self._lowlevel_server
+                        await lowlevel.run(*streams, lowlevel.create_initialization_options())
+                group.cancel_scope.cancel()  # a drain still waiting has nothing left to wait for
         finally:
             await self.close_dependencies()
+        self.shutdown.finished()
+
+    def _stop_on_signal(self, group: anyio.abc.TaskGroup, name: str) -> None:
+        if self.shutdown.begin(name):
+            group.start_soon(self._drain_then_stop, group.cancel_scope)
+
+    async def _drain_then_stop(self, serving: anyio.CancelScope) -> None:
+        await self.drain()
+        serving.cancel()
+
+    async def _end_of_input(self) -> None:
+        """stdin ended: the client sends nothing more, but may still read the answers in flight."""
+        if self.shutdown.begin("end of input"):
+            await self.drain()
+        else:
+            await self.shutdown.drained.wait()
+
+    async def drain(self) -> None:
+        """Let the calls in flight finish within the grace, cut and answer the rest."""
+        stats = self.stats
+        await self.shutdown.drain(lambda: stats.in_flight)
 
     async def serve_http(self, host: str, port: int) -> None:
         """Streamable HTTP on /mcp; a fatal call is answered, then the process exits."""
@@ -378,3 +449,18 @@ class ResilientServer(MCPServer[Any]):
             await serve_http(self, host, port)
         finally:
             await self.close_dependencies()
+        self.shutdown.finished()
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(stop: Callable[[str], None], *, sigint: bool) -> Iterator[None]:
+    """SIGTERM (and SIGINT) call `stop` on the event loop (uvicorn does this for HTTP itself)."""
+    loop = asyncio.get_running_loop()
+    handled = [signal.SIGTERM, signal.SIGINT] if sigint else [signal.SIGTERM]
+    for signum in handled:
+        loop.add_signal_handler(signum, stop, signum.name)
+    try:
+        yield
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)

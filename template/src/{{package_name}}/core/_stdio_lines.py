@@ -11,7 +11,7 @@ pass on to the SDK unchanged.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -59,9 +59,15 @@ def _error(request_id: str | int | None, code: int, message: str) -> str:
 class AnsweringLines:
     """stdin lines for the SDK's stdio loop; those it cannot use are answered on the wire here."""
 
-    def __init__(self, lines: anyio.AsyncFile[str], wire: anyio.AsyncFile[str]) -> None:
+    def __init__(
+        self,
+        lines: anyio.AsyncFile[str],
+        wire: anyio.AsyncFile[str],
+        end_of_input: Callable[[], Awaitable[None]],
+    ) -> None:
         self._lines = lines
         self._wire = wire
+        self._end_of_input = end_of_input
 
     async def __aiter__(self) -> AsyncIterator[str]:
         async for line in self._lines:
@@ -71,3 +77,4 @@ class AnsweringLines:
             else:
                 await self._wire.write(answer + "\n")
                 await self._wire.flush()
+        await self._end_of_input()

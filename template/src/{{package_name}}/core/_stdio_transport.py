@@ -8,7 +8,8 @@ microseconds). Here the event loop drives the private descriptors `claim_stdio` 
 through the memory stream its `stdio_server` creates, and the task that answers writes
 its answer to the pipe itself (`WireStream`). What the SDK's loop does is kept:
 UTF-8 with replacement, a last line without a newline still counts, EOF ends the session
-cleanly; only a lone CR ends no line here (MCP's stdio messages end in LF). Lines the SDK
+cleanly (once `end_of_input` returned: calls in flight may still answer); only a lone CR
+ends no line here (MCP's stdio messages end in LF). Lines the SDK
 would drop are answered (-32700/-32600) by `_stdio_lines`, and each write waits until the
 pipe took every byte, so a peer that stops reading holds the server back instead of
 growing a buffer, and `FatalExit` learns when an answer is out.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any, cast
 
@@ -41,6 +42,7 @@ _CHUNK = 256 * 1024  # bytes per read: a burst of pipelined requests arrives in 
 _READ_LIMIT = 1024 * 1024  # bytes buffered before the pipe is no longer read (back-pressure)
 
 Streams = tuple[Any, Any]  # the SDK's read and write streams, as `stdio_server` yields them
+EndOfInput = Callable[[], Awaitable[None]]
 
 
 def event_loop_unusable(pipes: ProtocolPipes) -> str | None:
@@ -176,29 +178,37 @@ class WireStream:
 
 
 @asynccontextmanager
-async def open_stdio(pipes: ProtocolPipes, fatal_exit: FatalExit) -> AsyncIterator[Streams]:
-    """The SDK server's read and write streams over the protocol pipes."""
+async def open_stdio(
+    pipes: ProtocolPipes, fatal_exit: FatalExit, end_of_input: EndOfInput
+) -> AsyncIterator[Streams]:
+    """The SDK server's read and write streams over the protocol pipes; at the end of stdin,
+    `end_of_input` is awaited before the session is told (which ends the calls in flight)."""
     reason = event_loop_unusable(pipes)
     log.debug("stdio_transport", driver="sdk" if reason else "event_loop", reason=reason)
     if reason is None:
-        async with _event_loop_stdio(pipes, fatal_exit) as streams:
+        async with _event_loop_stdio(pipes, fatal_exit, end_of_input) as streams:
             yield streams
     else:
-        async with _sdk_stdio(pipes, fatal_exit) as streams:
+        async with _sdk_stdio(pipes, fatal_exit, end_of_input) as streams:
             yield streams
 
 
 @asynccontextmanager
-async def _sdk_stdio(pipes: ProtocolPipes, fatal_exit: FatalExit) -> AsyncIterator[Streams]:
+async def _sdk_stdio(
+    pipes: ProtocolPipes, fatal_exit: FatalExit, end_of_input: EndOfInput
+) -> AsyncIterator[Streams]:
     """The SDK's stdio loop on the private pipes: a worker thread per read, write and flush."""
     writer = anyio.wrap_file(WatchedWriter(pipes.raw_writer(), fatal_exit))
-    reader = cast(anyio.AsyncFile[str], AnsweringLines(anyio.wrap_file(pipes.reader()), writer))
+    lines = AnsweringLines(anyio.wrap_file(pipes.reader()), writer, end_of_input)
+    reader = cast(anyio.AsyncFile[str], lines)
     async with stdio_server(reader, writer) as streams:
         yield streams
 
 
 @asynccontextmanager
-async def _event_loop_stdio(pipes: ProtocolPipes, fatal_exit: FatalExit) -> AsyncIterator[Streams]:
+async def _event_loop_stdio(
+    pipes: ProtocolPipes, fatal_exit: FatalExit, end_of_input: EndOfInput
+) -> AsyncIterator[Streams]:
     loop = asyncio.get_running_loop()
     # closefd=False: the descriptors stay open until the process ends, as the SDK keeps them.
     stdin = os.fdopen(pipes.read_fd, "rb", buffering=0, closefd=False)
@@ -228,6 +238,7 @@ async def _event_loop_stdio(pipes: ProtocolPipes, fatal_exit: FatalExit) -> Asyn
                         await take(line)
                 if pending:  # a last line without a newline is still a line
                     await take(b"".join(pending))
+                await end_of_input()
 
     try:
         with serving:
