@@ -66,6 +66,7 @@ class CallStats:
 
 
 HealthCheck = Callable[[], Awaitable[CheckResult]]
+CHECKS_ATTRIBUTE = "__mcp_checks__"
 
 
 def make_health_tool(
@@ -79,7 +80,7 @@ def make_health_tool(
     @tool(read_only=True, open_world=False)
     async def health_check() -> HealthReport:
         """Whether this server and its dependencies work; call it when other tools fail."""
-        results = await _run_checks(checks)
+        results = await run_checks(checks)
         worst = max((r.status for r in results.values()), key=_RANK.__getitem__, default="ok")
         try:
             in_doubt: int | None = await keys_in_doubt()
@@ -96,17 +97,29 @@ def make_health_tool(
             keys_in_doubt=in_doubt,
         )
 
+    setattr(health_check, CHECKS_ATTRIBUTE, dict(checks))
     spec = spec_of(health_check)
     assert spec is not None
     return replace(spec, output_schema=HEALTH_OUTPUT_SCHEMA)
 
 
-async def _run_checks(checks: Mapping[str, HealthCheck]) -> dict[str, CheckResult]:
-    """Every check at once (each owner check has its own time limit), reported in their order."""
+def checks_of(health: Callable[..., Any]) -> dict[str, HealthCheck]:
+    """The dependency checks a health_check tool reports: readiness runs them, without the counters."""
+    checks: dict[str, HealthCheck] = getattr(health, CHECKS_ATTRIBUTE)
+    return checks
+
+
+async def run_checks(
+    checks: Mapping[str, HealthCheck], *, limit_s: float | None = None
+) -> dict[str, CheckResult]:
+    """Every check at once (each owner check has its own time limit), reported in their order.
+
+    With `limit_s`, a check that has not answered by then is cut and reported failing.
+    """
     done: dict[str, CheckResult] = {}
 
     async def run(name: str, check: HealthCheck) -> None:
-        done[name] = await _run_check(check)
+        done[name] = await _run_check(check, limit_s)
 
     async with anyio.create_task_group() as group:
         for name, check in checks.items():
@@ -114,8 +127,10 @@ async def _run_checks(checks: Mapping[str, HealthCheck]) -> dict[str, CheckResul
     return {name: done[name] for name in checks}
 
 
-async def _run_check(check: HealthCheck) -> CheckResult:
+async def _run_check(check: HealthCheck, limit_s: float | None) -> CheckResult:
     try:
-        return await check()
+        with anyio.move_on_after(limit_s):
+            return await check()
+        return CheckResult(status="failing", detail=f"no answer within {limit_s:g} s")
     except Exception as exc:  # a check that crashes is itself the finding
         return CheckResult(status="failing", detail=type(exc).__name__)

@@ -12,6 +12,7 @@ import ipaddress
 from mcp.server.transport_security import TransportSecuritySettings
 
 from ._errors import FatalError
+from ._http_bind import bind_address, url_host
 from ._project import ENV_PREFIX
 from ._settings import CoreSettings
 
@@ -22,7 +23,7 @@ def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        return ipaddress.ip_address(bind_address(host)).is_loopback
     except ValueError:
         return False
 
@@ -47,11 +48,13 @@ def check_exposure(settings: CoreSettings, host: str) -> None:
 
 def transport_security(settings: CoreSettings, host: str) -> TransportSecuritySettings:
     """The SDK's Host/Origin checks for this bind: 421 for a bad Host, 403 for a bad Origin."""
-    hosts = list(settings.allowed_hosts)
+    hosts = [url_host(name) for name in settings.allowed_hosts]  # `::1` arrives as `Host: [::1]`
     origins = list(settings.allowed_origins)
     if is_loopback(host):
-        hosts += LOOPBACK_HOSTS
-        origins += [f"http://{name}:*" for name in LOOPBACK_HOSTS]
+        # The bound address too: a client that reaches 127.0.0.2 or [::1] sends it as Host.
+        names = dict.fromkeys([*LOOPBACK_HOSTS, url_host(host)])
+        hosts += names
+        origins += [f"http://{name}:*" for name in names]
     allowed: list[str] = []
     for name in hosts:
         # A bare name is accepted with or without a port, as proxies send either.

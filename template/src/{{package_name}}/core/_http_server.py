@@ -23,11 +23,14 @@ from starlette.types import ASGIApp
 
 from ._bearer import bearer_verifier
 from ._errors import FatalError
+from ._health import checks_of
+from ._http_bind import bind_address, check_bind, url_host
 from ._http_exposure import check_exposure, is_loopback, transport_security
 from ._http_limits import BodyReadTimeout, bounded_h11
 from ._logs import get_logger
 from ._oauth import oauth_verifier
 from ._probes import add_probes
+from ._readiness import Readiness
 from ._settings import CoreSettings
 from ._startup import exit_fatal
 
@@ -45,7 +48,7 @@ def auth_for(settings: CoreSettings, host: str, port: int) -> tuple[AuthSettings
         return None
     if settings.auth == "bearer":
         # AuthSettings needs an issuer; a static token has none, and no metadata is served.
-        own_url = f"http://{host}:{port}"
+        own_url = f"http://{url_host(host)}:{port}"
         return AuthSettings(issuer_url=own_url, resource_server_url=None), bearer_verifier(settings)
     verifier = oauth_verifier(settings)
     auth = AuthSettings(
@@ -85,10 +88,11 @@ class DrainingServer(uvicorn.Server):
 
 
 def check_http_settings(server: ResilientServer, host: str, port: int) -> None:
-    """Refuse an unsafe bind or an unusable auth setting (one FATAL line, exit 78); arm the auth."""
+    """Refuse an unsafe or unusable bind or auth setting (one FATAL line, exit 78); arm the auth."""
     settings = server.app_settings
     try:
         check_exposure(settings, host)
+        check_bind(host, port)
         auth = auth_for(settings, host, port)
     except FatalError as exc:
         exit_fatal(exc)
@@ -103,7 +107,8 @@ def check_http_settings(server: ResilientServer, host: str, port: int) -> None:
 def build_app(server: ResilientServer, host: str, is_draining: Callable[[], bool]) -> ASGIApp:
     """The SDK's Streamable HTTP app with this server's limits and the probes beside it."""
     settings = server.app_settings
-    add_probes(server, server.served["health_check"].spec.fn, is_draining)
+    readiness = Readiness(checks_of(server.served["health_check"].spec.fn))
+    add_probes(server, readiness, is_draining)
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         stateless_http=settings.http_stateless,
@@ -113,7 +118,7 @@ def build_app(server: ResilientServer, host: str, is_draining: Callable[[], bool
         transport_security=transport_security(settings, host),
         host=host,
     )
-    return BodyReadTimeout(app, settings.http_read_timeout_s)
+    return BodyReadTimeout(readiness.around(app), settings.http_read_timeout_s)
 
 
 async def serve_http(server: ResilientServer, host: str, port: int) -> None:
@@ -123,7 +128,7 @@ async def serve_http(server: ResilientServer, host: str, port: int) -> None:
     app = build_app(server, host, lambda: bool(holder) and holder[0].draining)
     config = uvicorn.Config(
         app,
-        host=host,
+        host=bind_address(host),
         port=port,
         http=bounded_h11(settings.http_read_timeout_s),
         log_config=None,  # uvicorn's loggers reach the root handler: JSON on stderr

@@ -3,19 +3,22 @@
 
 `GET /livez` answers 200 while the process serves. It touches no dependency: a slow
 database must not get a healthy process restarted (readiness is the other probe's job).
-`GET /readyz` runs the dependency checks health_check reports: 200 when none is failing,
-503 with the failing ones otherwise, and 503 while the server drains after SIGTERM.
+`GET /readyz` gives the verdict of the dependency checks health_check reports, which run in
+the background (see `_readiness`): 200 when none is failing, 503 with the failing ones
+otherwise, 503 `starting` before the first verdict, and 503 while the server drains after
+SIGTERM. It answers within `READYZ_WAIT_S`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
-from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from ._readiness import Readiness
 
 LIVEZ_PATH = "/livez"
 READYZ_PATH = "/readyz"
@@ -26,21 +29,22 @@ async def livez(request: Request) -> Response:
     return JSONResponse({"status": "live"})
 
 
-def add_probes(
-    server: MCPServer[Any],
-    health: Callable[[], Awaitable[BaseModel]],
-    draining: Callable[[], bool],
-) -> None:
+def add_probes(server: MCPServer[Any], readiness: Readiness, draining: Callable[[], bool]) -> None:
     """Register the probe routes on the server's HTTP app (call before building it)."""
 
     async def readyz(request: Request) -> Response:
         if draining():
             return JSONResponse({"status": "draining", "failing": {}}, status_code=503)
-        report = (await health()).model_dump(mode="json")
-        failing = {name: check for name, check in report["checks"].items() if check["status"] == "failing"}
+        results = await readiness.verdict()
+        if results is None:
+            return JSONResponse({"status": "starting", "failing": {}}, status_code=503)
+        failing = {
+            name: result.model_dump() for name, result in results.items() if result.status == "failing"
+        }
         if failing:
             return JSONResponse({"status": "failing", "failing": failing}, status_code=503)
-        return JSONResponse({"status": report["status"], "failing": {}})
+        degraded = any(result.status == "degraded" for result in results.values())
+        return JSONResponse({"status": "degraded" if degraded else "ok", "failing": {}})
 
     server.custom_route(LIVEZ_PATH, methods=["GET"], include_in_schema=False)(livez)
     server.custom_route(READYZ_PATH, methods=["GET"], include_in_schema=False)(readyz)
