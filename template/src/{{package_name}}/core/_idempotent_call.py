@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,6 +36,10 @@ log = get_logger(__name__)
 STORED = {"terminal", "partial", "too_large"}  # the call ended and the model saw this: replay it
 FREED = {"invalid_input", "transient"}  # nothing happened: the key is new again
 RECONCILE_TIMEOUT_S = 10.0
+# How long an outcome's write is retried while the store does not answer (a database that
+# restarts after a crash takes seconds): unrecorded, a success already sent would be in doubt.
+RECORD_RETRY_S = 10.0
+_RECORD_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
 RECONCILED_NOTE = "settled by the tool's reconcile function"
 
 
@@ -155,11 +161,10 @@ async def _record(
     if isinstance(final, InputRequiredResult):  # asked the client first: the next round claims again
         await _unfinished(store, tool, key, body, "asked the client for input")
     elif final is not None:
-        await _write(
-            store.complete(tool, key, final.model_dump(mode="json", by_alias=True, exclude_none=True))
-        )
+        result = final.model_dump(mode="json", by_alias=True, exclude_none=True)
+        await _write(functools.partial(store.complete, tool, key, result))
     elif category in FREED:
-        await _write(store.release(tool, key))
+        await _write(functools.partial(store.release, tool, key))
     else:
         await _unfinished(store, tool, key, body, f"{category} during the call")
 
@@ -167,17 +172,30 @@ async def _record(
 async def _unfinished(store: IdempotencyStore, tool: str, key: str, body: Body, why: str) -> None:
     """A call that ended without an outcome: free if its body never started, else in doubt."""
     if not body.started:
-        await _write(store.release(tool, key))
+        await _write(functools.partial(store.release, tool, key))
     else:
-        await _write(store.mark_in_doubt(tool, key, note=why, still_running=body.still_running))
+        still = body.still_running
+        await _write(functools.partial(store.mark_in_doubt, tool, key, note=why, still_running=still))
 
 
-async def _write(operation: Awaitable[None]) -> None:
-    try:
-        await operation
-    except StoreUnavailableError:
-        # Not recorded: the claim stays pending, then becomes in doubt (never re-run by itself).
-        log.error("idempotency_record_failed")
+async def _write(operation: Callable[[], Awaitable[None]]) -> None:
+    """Record an outcome, retried for a while if the store does not answer; never cut short.
+
+    Each write is safe to repeat (it changes only a row this server still owns, in the state
+    it left it), so a write whose commit went unconfirmed is simply sent again.
+    """
+    give_up = time.monotonic() + RECORD_RETRY_S
+    with anyio.CancelScope(shield=True):
+        for pause in itertools.chain(_RECORD_BACKOFF_S, itertools.repeat(_RECORD_BACKOFF_S[-1])):
+            try:
+                await operation()
+                return
+            except StoreUnavailableError:
+                if time.monotonic() + pause > give_up:
+                    break
+                await anyio.sleep(pause)
+    # Not recorded: the claim stays pending, then becomes in doubt (never re-run by itself).
+    log.error("idempotency_record_failed", retried_s=RECORD_RETRY_S)
 
 
 def _marked(result: CallToolResult, key: str, *, replayed: bool) -> CallToolResult:

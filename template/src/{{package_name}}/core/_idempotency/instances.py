@@ -5,17 +5,23 @@ Every open store is an instance with a row (host, pid, heartbeat) in the table. 
 claim whose owner stopped beating, or whose process on this machine is gone, can
 never finish: it is in doubt. A SIGKILLed server's claims are therefore in doubt as
 soon as any process on the same machine looks, not only after the lease runs out.
+
+A heartbeat that stopped is proof only if the database was there to receive it: while the
+database was down or restarting, every server's heartbeat stopped alike. A server that saw
+its own heartbeat fail therefore judges no other server by its heartbeat until the database
+has answered it for a whole stale window again (`Reachability`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import sys
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
@@ -30,6 +36,25 @@ _log = structlog.get_logger(__name__)
 _OPEN_HERE: set[str] = set()
 
 
+@dataclass
+class Reachability:
+    """Since when this process has reached the database without a failed heartbeat between."""
+
+    since: float = -math.inf  # no failure seen: other servers' heartbeats tell all they can
+    failing: bool = False
+
+    def failed(self) -> None:
+        self.failing = True
+
+    def reached(self, now: float) -> None:
+        if self.failing:
+            self.since, self.failing = now, False
+
+    def seen_since(self, now: float) -> float:
+        """The earliest time from which another server's missing heartbeats count."""
+        return now if self.failing else self.since
+
+
 @dataclass(frozen=True)
 class Instance:
     """This store: `host_id` is equal for two processes exactly when their pids are comparable."""
@@ -39,6 +64,7 @@ class Instance:
     hostname: str
     pid: int
     heartbeat_s: float
+    reachability: Reachability = field(default_factory=Reachability, compare=False)
 
     @classmethod
     def new(cls, heartbeat_s: float) -> Instance:
@@ -110,7 +136,8 @@ def owner_gone_reason(owner: OwnerRow | None, me: Instance, now: float) -> str |
     if owner.instance_id == me.instance_id:
         return None
     where = f"{owner.hostname} pid {owner.pid}"
-    if now - owner.heartbeat_at > owner.heartbeat_s * STALE_AFTER_BEATS:
+    last_heard = max(owner.heartbeat_at, me.reachability.seen_since(now))
+    if now - last_heard > owner.heartbeat_s * STALE_AFTER_BEATS:
         return f"the server that claimed it ({where}) stopped sending heartbeats"
     if owner.host_id == me.host_id:
         alive = owner.instance_id in _OPEN_HERE if owner.pid == me.pid else pid_alive(owner.pid)

@@ -7,11 +7,13 @@ verdict, heartbeat sweep, migrations, unregistering on close, row mapping. A bac
 differs: column types, the clock, row locks, the durability marker) and how a statement
 runs (on the event loop, or through a connection pool).
 
-Durability: only a claim is committed durably (it must survive a power cut, because the
-side effect follows). The start mark and the outcome only have to outlive the process;
-a machine or database restart that loses them turns the key into a key in doubt, never
-into a second run, because "never started" is trusted only when the store vouches that
-no unflushed write was lost since the claim (`intact`).
+Durability: a claim is always committed durably (it must survive a power cut, because the
+side effect follows). Whether the start mark and the outcome are is the backend's choice:
+SQLite leaves them in the OS page cache (they outlive the process, and a machine restart
+that loses them is seen, see `same_boot`); PostgreSQL flushes them, because its crash
+restart loses unflushed commits without a trace a client could see. Either way "never
+started" is trusted only when the store vouches that no write since the claim was lost
+(`intact`), so a lost start mark makes a key in doubt, never a second run.
 """
 
 from __future__ import annotations
@@ -522,7 +524,11 @@ class SQLStore(IdempotencyStore):
     # --- heartbeat and sweep --------------------------------------------------
 
     async def _beat_in_thread(self) -> None:
-        await self._beat(self._heartbeat_transaction)
+        try:
+            await self._beat(self._heartbeat_transaction)
+        except Exception:
+            self.me.reachability.failed()
+            raise
 
     async def _beat(self, transaction: Transaction) -> None:
         """Prove we are alive; turn claims that can never finish into keys in doubt."""
@@ -545,6 +551,7 @@ class SQLStore(IdempotencyStore):
                     return  # another replica is sweeping right now
             row = await db.one(sql.now)
             now = float(row[0]) if row else 0.0
+            me.reachability.reached(now)
             for other in await db.rows(sql.others, {"instance": me.instance_id}):
                 owner = _owner(other)
                 reason = owner_gone_reason(owner, me, now)
