@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import anyio
@@ -65,14 +65,7 @@ def entrypoint(spec: ToolSpec) -> Callable[..., Any]:
             _refuse_past_the_thread_bound()
         await body.begin()
         if is_async:
-            try:
-                return await fn(*args, **kwargs)
-            except Exception:
-                raise
-            except BaseException as exc:
-                if is_own_cancellation(exc):
-                    raise
-                raise _as_exception(exc) from exc
+            return await _awaited(fn(*args, **kwargs))
         return await _in_thread(body, functools.partial(fn, *args, **kwargs))
 
     functools.update_wrapper(call, fn)
@@ -85,16 +78,21 @@ def _plain_async(fn: Callable[..., Any]) -> Callable[..., Any]:
     """An async tool without side effects: only what is not an `Exception` is caught."""
 
     async def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return await fn(*args, **kwargs)
-        except Exception:
-            raise
-        except BaseException as exc:
-            if is_own_cancellation(exc):
-                raise
-            raise _as_exception(exc) from exc
+        return await _awaited(fn(*args, **kwargs))
 
     return call
+
+
+async def _awaited(body: Awaitable[Any]) -> Any:
+    """An async tool's body awaited; what it raises that is not an `Exception` made one."""
+    try:
+        return await body
+    except Exception:
+        raise
+    except BaseException as exc:
+        if is_own_cancellation(exc):
+            raise
+        raise _as_exception(exc) from exc
 
 
 async def _in_thread(body: Body, work: Callable[[], Any]) -> Any:
