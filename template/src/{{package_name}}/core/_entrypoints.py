@@ -1,7 +1,7 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
 """What the SDK registers for a `@tool` function: the function, adapted where it must be.
 
-- A sync function runs in a worker thread that a time limit can abandon; the SDK's
+- A sync function runs in a worker thread (`_tool_threads`) that a time limit can abandon; the SDK's
   own thread cannot be cancelled, so a hung sync tool would ignore its time limit. An
   abandoned thread sees `cancelled()` turn true, and is counted and bounded.
 - A `side_effect=True` tool gains a required `idempotency_key` argument; the function
@@ -37,6 +37,7 @@ from ._running import (
     set_body,
 )
 from ._tool import ToolSpec
+from ._tool_threads import run_in_thread
 
 KEY_DESCRIPTION = (
     "Idempotency key of this operation, 1-255 printable characters. Reuse the SAME key for every "
@@ -111,7 +112,7 @@ async def _in_thread(body: Body, work: Callable[[], Any]) -> Any:
 
     token = set_body(body)  # the thread runs in a copy of this context: cancelled() finds its body
     try:
-        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+        return await run_in_thread(run)
     except anyio.get_cancelled_exc_class():
         body.abandon()
         raise
