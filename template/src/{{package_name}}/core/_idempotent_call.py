@@ -58,8 +58,10 @@ async def run_once(
     """Claim (tool, key), run at most once, and record the outcome for every retry.
 
     `start_with_claim`: nothing can come between the claim and the body (an async tool
-    that asks the client nothing first), so the claim records the body's start itself.
+    that asks the client nothing first), so the claim records the body's start itself,
+    where the store finds that worth it (`start_in_claim`).
     """
+    start_with_claim = start_with_claim and store.start_in_claim
     try:
         claim = await store.claim(tool, key, fingerprint, lease_s, started=start_with_claim)
         if claim.kind == "in_doubt" and reconcile is not None and claim.reconcilable:

@@ -68,6 +68,7 @@ class SQLiteStore(SQLStore):
     """The idempotency table in `path` (created with its directory)."""
 
     dialect = DIALECT
+    start_in_claim = False  # the claim waits for fsync, a start mark does not
 
     def __init__(self, path: Path, *, ttl_s: float = DEFAULT_TTL_S, heartbeat_s: float = HEARTBEAT_S) -> None:
         super().__init__(ttl_s=ttl_s, heartbeat_s=heartbeat_s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from .._outcomes import failure
 
@@ -61,6 +61,11 @@ class IdempotencyStore(ABC):
     """
 
     ttl_s: float
+    # Whether a claim records the body's start itself when nothing comes between them. Worth
+    # it where a start mark costs what a claim does (a durable commit each, on PostgreSQL); not
+    # where the mark is far cheaper than the claim's fsync (SQLite): a server killed during that
+    # fsync then leaves a key that is free again, not one in doubt whose body never ran.
+    start_in_claim: ClassVar[bool] = True
 
     @abstractmethod
     async def open(self) -> None:
