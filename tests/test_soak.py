@@ -39,3 +39,30 @@ def test_soak_through_kills_finds_no_duplicated_or_lost_effect(
         assert run["unrecognised_ledger_lines"] == 0, run
         assert run["final_errors"] == {}, run
         assert sum(run["store_states"].values()) == CALLS, run["store_states"]
+
+
+# PostgreSQL crashed under the server as well: a backend SIGKILLed (the postmaster restarts
+# them all and replays its log) or the whole server stopped without a checkpoint.
+DB_SOAK = ["--backend", "postgres", "--calls", "150", "--kill-every-ms", "300", "--seed", "2"]
+
+
+@pytest.mark.generated(minutes=2)
+@pytest.mark.parametrize("kill_db", ["backend", "postmaster"])
+def test_soak_through_database_crashes_finds_no_duplicated_or_lost_effect(
+    project_env: Callable[[str], ProjectEnv], kill_db: str, tmp_path: Path
+) -> None:
+    figures_file = tmp_path / "soak.json"
+
+    kills = ["--kill-db", kill_db, "--db-kill-every-ms", "500"]
+    project_env("proprietary-postgres").run(
+        "python", "benchmarks/soak.py", *DB_SOAK, *kills, "--json", str(figures_file)
+    )
+
+    [run] = json.loads(figures_file.read_text(encoding="utf-8"))
+    assert run["db_kills"] >= 1, run
+    assert run["unfinished"] == 0, run
+    assert run["duplicated_effects"] == 0, run
+    assert run["lost_acknowledged_effects"] == 0, run
+    # An acknowledged key the store no longer holds as completed would not be replayed.
+    assert run["acknowledged_not_replayable"] == {}, run
+    assert run["final_errors"] == {}, run

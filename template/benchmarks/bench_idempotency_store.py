@@ -2,7 +2,7 @@
 """How fast the idempotency store records side-effecting calls, per backend, in one run.
 
     python benchmarks/bench_idempotency_store.py [--calls 2000] [--concurrency 16] [--dir PATH]
-        [--dsn POSTGRES_DSN]   (postgres projects; default: <PREFIX>DATABASE_URL, else a pgserver)
+        [--dsn POSTGRES_DSN]   (postgres projects; default: <PREFIX>DATABASE_URL, else a throwaway one)
 
 One call is what the resilience layer does for a new key: `claim` (committed durably),
 `mark_started`, then `complete`. Reported: calls per second, run one after another and
@@ -20,14 +20,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
+import logging
 import os
+import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,30 +138,140 @@ async def measure(name: str, store: Any, calls: int, concurrency: int) -> str:
     )
 
 
+@dataclass(frozen=True)
+class LocalPostgres:
+    """A throwaway PostgreSQL started here, which only this process uses (the soak kills it)."""
+
+    dsn: str
+    data_dir: Path
+    bin_dir: Path  # its initdb and pg_ctl
+    log: Path
+    user: str | None  # the account it runs as when this process is root (PostgreSQL refuses root)
+
+    def postmaster_pid(self) -> int:
+        """The running postmaster's pid: the first line of postmaster.pid."""
+        return int((self.data_dir / "postmaster.pid").read_text().split()[0])
+
+    def pg_ctl(self, *args: str, timeout_s: float = 60.0) -> None:
+        """`pg_ctl -D <data> -l <log> <args>`, as the server's account; its output in the error."""
+        command = [str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log), *args]
+        with tempfile.TemporaryFile("w+") as output:  # not a pipe: a server it starts could hold that open
+            done = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                timeout=timeout_s,
+                user=self.user,
+            )
+            if done.returncode != 0:
+                output.seek(0)
+                raise subprocess.CalledProcessError(done.returncode, command, output.read())
+
+    def stop(self) -> None:
+        """Stop whichever postmaster runs now (after a restart, not the one first started)."""
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            self.pg_ctl("-m", "immediate", "-w", "stop")
+
+
+@dataclass(frozen=True)
+class PostgresTarget:
+    """Where a PostgreSQL run goes: a fresh schema, on a DSN given or on a server started here."""
+
+    dsn: str  # its search_path is the fresh schema
+    server: LocalPostgres | None  # None on a DSN given: not this process's to stop or kill
+
+
+def start_local_postgres(stack: contextlib.ExitStack) -> LocalPostgres | None:
+    """A throwaway PostgreSQL, stopped and deleted when `stack` closes: pgserver's, else an
+    installed PostgreSQL's initdb and pg_ctl; None when there is neither."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        try:
+            from pgserver._commands import POSTGRES_BIN_PATH
+            from pgserver.postgres_server import get_server
+        except ImportError:
+            return _start_with_pg_ctl(stack)
+    data_dir = Path(tempfile.mkdtemp(prefix="bench-pg-"))
+    server = get_server(data_dir, cleanup_mode="delete")
+    local = LocalPostgres(server.get_uri(), data_dir, POSTGRES_BIN_PATH, server.log, server.system_user)
+    first_postmaster = local.postmaster_pid()
+
+    def cleanup() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            if local.postmaster_pid() != first_postmaster:  # restarted (by the soak)
+                local.stop()  # pgserver stops only the postmaster it started; quiet when it is gone
+                logging.getLogger("pgserver").setLevel(logging.CRITICAL)
+        server.cleanup()
+
+    stack.callback(cleanup)
+    return local
+
+
+def _start_with_pg_ctl(stack: contextlib.ExitStack) -> LocalPostgres | None:
+    candidates = [
+        shutil.which("pg_ctl"),
+        *sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), reverse=True),
+    ]
+    pg_ctl = next((Path(c) for c in candidates if c), None)
+    if pg_ctl is None or not (pg_ctl.parent / "initdb").exists():
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="bench-pg-"))
+    stack.callback(shutil.rmtree, folder, ignore_errors=True)
+    user = None
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        import pwd
+
+        user = "postgres" if _has_account("postgres") else "nobody"
+        os.chown(folder, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
+    local = LocalPostgres(
+        f"postgresql://postgres@/postgres?host={folder}", folder / "data", pg_ctl.parent, folder / "log", user
+    )
+    initdb = [str(pg_ctl.parent / "initdb"), "-D", str(local.data_dir), "-U", "postgres"]
+    subprocess.run([*initdb, "--auth=trust", "-E", "UTF8"], check=True, capture_output=True, user=user)
+    local.pg_ctl("-o", f"-k {folder} -c listen_addresses=''", "-w", "start")
+    stack.callback(local.stop)
+    return local
+
+
+def _has_account(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def postgres_target(dsn: str | None) -> Iterator[str | None]:
-    """A fresh schema (dropped afterwards) on the DSN given, else on a throwaway pgserver.
+    """The DSN of a fresh schema (dropped afterwards) on the DSN given, else on a throwaway
+    PostgreSQL; None when there is no PostgreSQL to use (no DSN, no pgserver, no initdb and pg_ctl)."""
+    with postgres_schema(dsn) as target:
+        yield None if target is None else target.dsn
 
-    None when there is no PostgreSQL to use (no DSN and no pgserver installed)."""
+
+@contextlib.contextmanager
+def postgres_schema(dsn: str | None) -> Iterator[PostgresTarget | None]:
+    """As postgres_target, with the throwaway server when one was started (the soak kills it)."""
     import psycopg
     from psycopg import sql
     from psycopg.conninfo import make_conninfo
 
     with contextlib.ExitStack() as stack:
+        server = None
         if not dsn:
-            try:
-                from pgserver.postgres_server import get_server
-            except ImportError:
+            server = start_local_postgres(stack)
+            if server is None:
                 yield None
                 return
-            server = get_server(Path(tempfile.mkdtemp(prefix="bench-pg-")), cleanup_mode="delete")
-            stack.callback(server.cleanup)
-            dsn = server.get_uri()
+            dsn = server.dsn
         schema = sql.Identifier(f"idempotency_bench_{uuid.uuid4().hex[:12]}")
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(schema))
         try:
-            yield make_conninfo(dsn, options=f"-c search_path={schema.as_string()}")
+            yield PostgresTarget(make_conninfo(dsn, options=f"-c search_path={schema.as_string()}"), server)
         finally:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(schema))
@@ -191,7 +307,7 @@ async def main(argv: list[str]) -> int:
         postgres = package("core._idempotency.postgres")
         with postgres_target(args.dsn) as dsn:
             if dsn is None:
-                how = f"pass --dsn, set {prefix}DATABASE_URL or install pgserver"
+                how = f"pass --dsn, set {prefix}DATABASE_URL, or install pgserver or PostgreSQL"
                 sys.stdout.write(f"postgres  skipped: {how}\n")
             else:
                 store = postgres.PostgresStore(dsn, pool_max_size=args.concurrency)
