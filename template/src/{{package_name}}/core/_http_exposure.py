@@ -3,6 +3,8 @@
 
 The SDK arms its Host/Origin checks only for loopback binds; here they are armed for every
 bind, from `ALLOWED_HOSTS` / `ALLOWED_ORIGINS`, so `--host 0.0.0.0` is never silently open.
+The SDK matches `name:*` as a prefix (`localhost:1@evil.example` passes); `ExactValues`
+makes it `name`, a colon and a numeric port, nothing else.
 """
 
 from __future__ import annotations
@@ -17,6 +19,24 @@ from ._project import ENV_PREFIX
 from ._settings import CoreSettings
 
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
+
+
+class ExactValues(list[str]):
+    """Allowed Host or Origin values, whole: the SDK asks `value in allowed` before its prefix match.
+
+    Only the exact values are list items, so the SDK's `:*` prefix loop finds nothing to match.
+    """
+
+    def __init__(self, values: list[str]) -> None:
+        super().__init__(value for value in values if not value.endswith(":*"))
+        self.any_port = {value.removesuffix(":*") for value in values if value.endswith(":*")}
+
+    def __contains__(self, value: object) -> bool:
+        if not isinstance(value, str):
+            return False
+        base, colon, port = value.rpartition(":")
+        any_port = bool(colon) and port.isascii() and port.isdigit() and base in self.any_port
+        return any_port or super().__contains__(value)
 
 
 def is_loopback(host: str) -> bool:
@@ -59,6 +79,9 @@ def transport_security(settings: CoreSettings, host: str) -> TransportSecuritySe
     for name in hosts:
         # A bare name is accepted with or without a port, as proxies send either.
         allowed += [name] if ":" in name.removeprefix("[").split("]")[-1] else [name, f"{name}:*"]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True, allowed_hosts=allowed, allowed_origins=origins
+    # model_construct keeps the ExactValues (validation would copy them into plain lists).
+    return TransportSecuritySettings.model_construct(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=ExactValues(allowed),
+        allowed_origins=ExactValues(origins),
     )
