@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -38,9 +39,11 @@ class Issuer:
         lifetime_s: float = 600,
         issuer: str | None = None,
         key: rsa.RSAPrivateKey | None = None,
+        claims: dict[str, Any] | None = None,
     ) -> str:
+        """A signed token; `claims` replace or add to the usual ones."""
         now = int(time.time())
-        claims = {
+        usual = {
             "iss": issuer or self.url,
             "sub": subject,
             "aud": audience,
@@ -50,7 +53,9 @@ class Issuer:
             "scope": scopes,
             "client_id": "test-client",
         }
-        return jwt.encode(claims, key or self.key, algorithm="RS256", headers={"kid": self.kid})
+        return jwt.encode(
+            {**usual, **(claims or {})}, key or self.key, algorithm="RS256", headers={"kid": self.kid}
+        )
 
 
 @contextmanager
@@ -88,3 +93,12 @@ def serve_issuer() -> Iterator[Issuer]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def hanging_issuer() -> Iterator[Issuer]:
+    """An issuer whose port accepts connections (the kernel's backlog) and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield Issuer(f"http://127.0.0.1:{listener.getsockname()[1]}")

@@ -5,11 +5,16 @@ PyJWT checks the signature against the issuer's JWKS (its `PyJWKClient` fetches 
 the key set, and refetches when a token names a key it has not seen), then `iss`, `exp`,
 `nbf` and the audience: this server's resource URL (RFC 8707). The SDK's bearer middleware
 turns a refusal into 401, and a token without the required scopes into 403.
+
+An issuer that cannot be reached refuses tokens (401, the only refusal a TokenVerifier has)
+for a while after each failed fetch, so an outage costs one fetch's wait, not one per request.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.request
 from typing import Any
 
@@ -26,6 +31,8 @@ log = get_logger(__name__)
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
 LEEWAY_S = 30  # clocks of the issuer and this server may differ a little
 _FETCH_TIMEOUT_S = 10
+_RETRY_AFTER_S = (5.0, 60.0)  # after a failed fetch: the first wait, doubling up to the cap
+_NUMERIC_DATES = ("exp", "nbf", "iat")
 
 
 class JwtTokenVerifier:
@@ -36,6 +43,10 @@ class JwtTokenVerifier:
         self.audience = audience
         self._jwks_url = jwks_url
         self._keys: jwt.PyJWKClient | None = None
+        # One fetch at a time: concurrent requests share its outcome instead of each waiting.
+        self._fetching = threading.Lock()
+        self._retry_at = 0.0
+        self._retry_after_s = _RETRY_AFTER_S[0]
 
     def _client(self) -> jwt.PyJWKClient:
         if self._keys is None:
@@ -43,8 +54,23 @@ class JwtTokenVerifier:
             self._keys = jwt.PyJWKClient(url, cache_keys=True, lifespan=300, timeout=_FETCH_TIMEOUT_S)
         return self._keys
 
+    def _signing_key(self, token: str) -> jwt.PyJWK:
+        """The token's key, from the cache or the issuer; refused at once while the issuer is backed off."""
+        with self._fetching:
+            wait = self._retry_at - time.monotonic()
+            if wait > 0:
+                raise jwt.PyJWKClientConnectionError(f"the issuer failed; next try in {wait:.0f} s")
+            try:
+                key = self._client().get_signing_key_from_jwt(token)
+            except (OSError, jwt.PyJWKClientConnectionError):
+                self._retry_at = time.monotonic() + self._retry_after_s
+                self._retry_after_s = min(2 * self._retry_after_s, _RETRY_AFTER_S[1])
+                raise
+            self._retry_after_s = _RETRY_AFTER_S[0]
+            return key
+
     def _decode(self, token: str) -> dict[str, Any]:
-        key = self._client().get_signing_key_from_jwt(token)
+        key = self._signing_key(token)
         claims: dict[str, Any] = jwt.decode(
             token,
             key,
@@ -54,6 +80,9 @@ class JwtTokenVerifier:
             leeway=LEEWAY_S,
             options={"require": ["exp", "iss", "aud"]},
         )
+        for name in _NUMERIC_DATES:
+            if name in claims and not is_numeric_date(claims[name]):
+                raise jwt.InvalidTokenError(f"{name} is not a NumericDate")
         return claims
 
     async def verify_token(self, token: str) -> AccessToken | None:
@@ -74,6 +103,11 @@ class JwtTokenVerifier:
             subject=subject or None,
             claims={"iss": claims["iss"]},
         )
+
+
+def is_numeric_date(value: object) -> bool:
+    """RFC 7519: a JSON number; PyJWT alone also takes `"1767225600"` or `true`."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def token_scopes(claims: dict[str, Any]) -> list[str]:
