@@ -314,7 +314,7 @@ class SQLStore(IdempotencyStore):
 
     @abstractmethod
     def where(self) -> str:
-        """The table's location for messages, without credentials."""
+        """The table as clients may see it named (health_check, /readyz): no address, no path."""
 
     @abstractmethod
     def _start_record_intact(self, flag: object, owner: OwnerRow | None) -> bool:
