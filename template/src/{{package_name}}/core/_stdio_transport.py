@@ -35,7 +35,7 @@ from mcp.shared.message import SessionMessage
 from ._fatal_exit import FatalExit, WatchedWriter
 from ._logs import get_logger
 from ._stdio_guard import ProtocolPipes
-from ._stdio_lines import AnsweringLines, read_line
+from ._stdio_lines import MAX_LINE_BYTES, AnsweringLines, line_too_long, read_line
 
 log = get_logger(__name__)
 _CHUNK = 256 * 1024  # bytes per read: a burst of pipelined requests arrives in one
@@ -77,21 +77,57 @@ def event_loop_unusable(pipes: ProtocolPipes) -> str | None:
     return None
 
 
-def split_lines(pending: list[bytes], chunk: bytes) -> list[bytes]:
-    """The complete lines (newline included) that `chunk` ends; the rest stays in `pending`."""
-    lines = []
-    start = 0
-    while (end := chunk.find(b"\n", start)) >= 0:
-        piece = chunk[start : end + 1]
-        if pending:
-            pending.append(piece)
-            piece = b"".join(pending)
-            pending.clear()
-        lines.append(piece)
-        start = end + 1
-    if start < len(chunk):
-        pending.append(chunk[start:])
-    return lines
+class LineSplitter:
+    """Cuts stdin's bytes into lines, none kept past `MAX_LINE_BYTES`.
+
+    A line that grows past the limit is reported (None) the moment it does, and the
+    rest of it is dropped as it arrives: a client that never sends a newline costs the
+    limit, not its whole stream.
+    """
+
+    def __init__(self, limit: int = MAX_LINE_BYTES) -> None:
+        self._limit = limit
+        self._pending: list[bytes] = []
+        self._size = 0
+        self._dropping = False
+
+    def feed(self, chunk: bytes) -> list[bytes | None]:
+        """The complete lines (newline included) that `chunk` ends, None for each one too long."""
+        lines: list[bytes | None] = []
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            if self._dropping:
+                self._dropping = False
+            elif self._size + end - start > self._limit:
+                self._clear()
+                lines.append(None)
+            else:
+                piece = chunk[start : end + 1]
+                if self._pending:
+                    piece = b"".join([*self._pending, piece])
+                    self._clear()
+                lines.append(piece)
+            start = end + 1
+        rest = len(chunk) - start
+        if rest and not self._dropping:
+            if self._size + rest > self._limit:
+                self._clear()
+                self._dropping = True
+                lines.append(None)
+            else:
+                self._pending.append(chunk[start:])
+                self._size += rest
+        return lines
+
+    def last_line(self) -> bytes:
+        """What came after the last newline (a last line without one is still a line)."""
+        line = b"".join(self._pending)
+        self._clear()
+        return line
+
+    def _clear(self) -> None:
+        self._pending.clear()
+        self._size = 0
 
 
 class PeerGone(Exception):
@@ -230,14 +266,17 @@ async def _event_loop_stdio(
             await read_stream_writer.send(SessionMessage(message))
 
     async def read_requests() -> None:
-        pending: list[bytes] = []
+        lines = LineSplitter()
         with suppress(anyio.BrokenResourceError):  # the session ended: nobody takes requests
             async with read_stream_writer:
                 while chunk := await reader.read(_CHUNK):
-                    for line in split_lines(pending, chunk):
-                        await take(line)
-                if pending:  # a last line without a newline is still a line
-                    await take(b"".join(pending))
+                    for line in lines.feed(chunk):
+                        if line is None:
+                            await write_stream.send_line(line_too_long())
+                        else:
+                            await take(line)
+                if last := lines.last_line():
+                    await take(last)
                 await end_of_input()
 
     try:

@@ -22,12 +22,14 @@ from pydantic_core import ErrorDetails, to_json
 
 _MAX_INPUT_CHARS = 40
 _MAX_ERRORS = 5
+_MAX_UNKNOWN = 3  # unknown names an answer lists; the rest are counted
+_MAX_NAME_CHARS = 64  # of a client-chosen name compared for a did-you-mean
 _JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object"}
 
 
 def unknown_tool_message(name: str, declared: Iterable[str]) -> str:
     names = sorted(declared)
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(name[:_MAX_NAME_CHARS], names, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
     return f"no tool named {_shorten(name)!r}; {hint}declared tools: {', '.join(names)}"
 
@@ -107,9 +109,11 @@ class ArgumentValidator:
         try:
             if self.strict:
                 walk = not (self._flat and self._names.issuperset(arguments))
-                unknown = self._unknown_keys(arguments, self.schema, "") if walk else []
-                if unknown:
-                    return "; ".join(unknown), None
+                unknown: list[str] = []
+                count = self._unknown_keys(arguments, self.schema, "", unknown) if walk else 0
+                if count:
+                    more = count - len(unknown)
+                    return "; ".join(unknown) + (f"; and {more} more unknown" if more else ""), None
                 return None, model.model_validate_json(to_json(arguments), strict=True)
             return None, model.model_validate(self.metadata.pre_parse_json(dict(arguments)))
         except ValidationError as exc:
@@ -124,33 +128,40 @@ class ArgumentValidator:
             return resolved
         return node
 
-    def _unknown_keys(self, value: Any, node: Mapping[str, Any], path: str) -> list[str]:
+    def _unknown_keys(self, value: Any, node: Mapping[str, Any], path: str, found: list[str]) -> int:
+        """How many unknown names `value` holds; the first few are described into `found`.
+
+        Only those few are spelled out (names clipped): a call with 300,000 unknown names,
+        or one of 200 KB, gets a short answer, and costs no more than walking it.
+        """
         node = self._resolve(node)
         if not isinstance(value, dict):
             if isinstance(value, list) and isinstance(node.get("items"), dict):
-                found: list[str] = []
-                for index, item in enumerate(value):
-                    found += self._unknown_keys(item, node["items"], f"{path}[{index}]")
-                return found
-            return []
+                return sum(
+                    self._unknown_keys(item, node["items"], f"{path}[{index}]", found)
+                    for index, item in enumerate(value)
+                )
+            return 0
         options = node.get("anyOf") or node.get("oneOf")
         if options:  # e.g. Optional[Model]: check against the object option, if exactly one
             objects = [o for o in map(self._resolve, options) if "properties" in o]
-            return self._unknown_keys(value, objects[0], path) if len(objects) == 1 else []
+            return self._unknown_keys(value, objects[0], path, found) if len(objects) == 1 else 0
         properties = node.get("properties")
         if not isinstance(properties, dict):
-            return []
-        problems = []
+            return 0
+        count = 0
         for key, item in value.items():
-            where = f"{path}.{key}" if path else key
-            if key not in properties:
-                close = difflib.get_close_matches(key, list(properties), n=1, cutoff=0.5)
+            if key in properties:
+                count += self._unknown_keys(item, properties[key], f"{path}.{key}" if path else key, found)
+                continue
+            count += 1
+            if len(found) < _MAX_UNKNOWN:
+                where = f"{_shorten(path)}.{_shorten(key)}" if path else _shorten(key)
+                close = difflib.get_close_matches(key[:_MAX_NAME_CHARS], list(properties), n=1, cutoff=0.5)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 accepted = ", ".join(properties) or "none"
-                problems.append(f"unknown argument {_shorten(where)!r}{hint}; accepted here: {accepted}")
-            else:
-                problems += self._unknown_keys(item, properties[key], where)
-        return problems
+                found.append(f"unknown argument {where!r}{hint}; accepted here: {accepted}")
+        return count
 
 
 def _may_hold_objects(node: Any) -> bool:
@@ -169,7 +180,7 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 
 def _describe(error: ErrorDetails) -> str:
-    path = ".".join(str(part) for part in error["loc"]) or "arguments"
+    path = ".".join(_shorten(str(part)) for part in error["loc"]) or "arguments"
     if error["type"] == "missing":
         return f"{path!r} is required but missing"
     value = error["input"]
