@@ -1,8 +1,9 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
-"""Bounds on slow clients: a request's headers and its body must each arrive in time.
+"""Bounds on slow clients: a request's headers, and then its whole body, must each arrive in time.
 
 uvicorn bounds idle keep-alive connections but not a client that sends its headers or its
-body a byte at a time; each such connection would be held open for ever. Connection and
+body a byte at a time; each such connection would be held open for ever. The body's time
+limit is for all of it: one limit per chunk would let a byte every few seconds through. Connection and
 session counts are bounded by uvicorn (`limit_concurrency`) and the SDK (`max_sessions`).
 """
 
@@ -51,7 +52,8 @@ def bounded_h11(read_timeout_s: float) -> type[H11Protocol]:
 
 
 class BodyReadTimeout:
-    """ASGI middleware: each chunk of a request body must arrive within the time limit (else 408)."""
+    """ASGI middleware: the whole request body must arrive within the time limit (else 408),
+    counted from the app's first read of it."""
 
     def __init__(self, app: ASGIApp, read_timeout_s: float) -> None:
         self.app = app
@@ -63,12 +65,15 @@ class BodyReadTimeout:
             return
         body_done = False
         answered = False  # by this middleware: what the app sends afterwards is dropped
+        deadline: float | None = None
 
         async def bounded_receive() -> Message:
-            nonlocal body_done, answered
+            nonlocal body_done, answered, deadline
             if body_done:  # afterwards receive() waits for a disconnect: unbounded on purpose
                 return await receive()
-            with anyio.move_on_after(self.read_timeout_s):
+            if deadline is None:
+                deadline = anyio.current_time() + self.read_timeout_s
+            with anyio.CancelScope(deadline=deadline):
                 message = await receive()
                 body_done = message["type"] != "http.request" or not message.get("more_body", False)
                 return message
