@@ -13,7 +13,7 @@ SQLite leaves them in the OS page cache (they outlive the process, and a machine
 that loses them is seen, see `same_boot`); PostgreSQL flushes them, because its crash
 restart loses unflushed commits without a trace a client could see. Either way "never
 started" is trusted only when the store vouches that no write since the claim was lost
-(`intact`), so a lost start mark makes a key in doubt, never a second run.
+(`_start_record_intact`), so a lost start mark makes a key in doubt, never a second run.
 """
 
 from __future__ import annotations
@@ -78,10 +78,6 @@ class Dialect:
     after: str  # `{}`: a float parameter; the time that many seconds from now
     before: str  # `{}`: a float parameter; the time that many seconds ago
     row_lock: str  # appended to a SELECT of `idempotency_keys AS k`: lock the row until commit
-    relaxed_update: str  # inserted after UPDATE's SET: this statement's commit need not be flushed
-    relaxed_delete: str  # the same after DELETE FROM idempotency_keys
-    intact: str  # a boolean column: writes since the claim of `k` cannot have been lost
-    since_restart: str  # appended to a WHERE on idempotency_keys: the same, for the sweep
     schema_lock: str | None  # a statement serialising migrations (None: the transaction does)
     sweep_lock: str | None  # a statement answering whether this sweep may run now
     placeholder: str = ":{}"
@@ -183,7 +179,7 @@ class Statements:
         existing = (
             f"SELECT k.fingerprint, k.state, k.result, {epoch('k.lease_until')},"
             f" i.instance_id, i.host_id, i.hostname, i.pid, {epoch('i.heartbeat_at')}, i.heartbeat_s,"
-            f" {epoch(now)}, k.body, {d.intact}, {expired('k.')}"
+            f" {epoch(now)}, k.body, {expired('k.')}"
             " FROM idempotency_keys AS k LEFT JOIN idempotency_instances AS i ON i.instance_id = k.owner"
             " WHERE k.tool = :tool AND k.key = :key"
         )
@@ -199,19 +195,15 @@ class Statements:
             " WHERE tool = :tool AND key = :key"
         )
         ours = " WHERE tool = :tool AND key = :key AND owner = :owner"
-        self.mark_started = c(
-            f"UPDATE idempotency_keys SET body = :running{d.relaxed_update}{ours} AND state = 'pending'"
-        )
+        self.mark_started = c(f"UPDATE idempotency_keys SET body = :running{ours} AND state = 'pending'")
         self.complete = c(
             "UPDATE idempotency_keys SET state = 'completed', result = :result, note = '',"
-            f" updated_at = {now}{d.relaxed_update}{ours} AND state IN ('pending', 'in_doubt')"
+            f" updated_at = {now}{ours} AND state IN ('pending', 'in_doubt')"
         )
-        self.release = c(
-            f"DELETE FROM idempotency_keys{d.relaxed_delete}{ours} AND state IN ('pending', 'in_doubt')"
-        )
+        self.release = c(f"DELETE FROM idempotency_keys{ours} AND state IN ('pending', 'in_doubt')")
         self.mark_in_doubt = c(
             f"UPDATE idempotency_keys SET state = 'in_doubt', note = :note, updated_at = {now}, body = :body"
-            f"{d.relaxed_update}{ours} AND state = 'pending'"
+            f"{ours} AND state = 'pending'"
         )
         self.settle_done = c(
             f"UPDATE idempotency_keys SET state = 'completed', result = :result, note = :note,"
@@ -241,8 +233,7 @@ class Statements:
         self.unregister = c("DELETE FROM idempotency_instances WHERE instance_id = :instance")
         # Provably never reached its body: free again.
         self.free_never_started = c(
-            "DELETE FROM idempotency_keys"
-            f" WHERE owner = :owner AND state = 'pending' AND body = :not_started{d.since_restart}"
+            "DELETE FROM idempotency_keys WHERE owner = :owner AND state = 'pending' AND body = :not_started"
         )
         self.owner_in_doubt = c(
             f"UPDATE idempotency_keys SET state = 'in_doubt', note = :note, updated_at = {now}"
@@ -317,14 +308,12 @@ class SQLStore(IdempotencyStore):
         """The table as clients may see it named (health_check, /readyz): no address, no path."""
 
     @abstractmethod
-    def _start_record_intact(self, flag: object, owner: OwnerRow | None) -> bool:
-        """Whether a start mark written since the claim would be visible now (`flag`: the
-        dialect's `intact` column)."""
+    def _start_record_intact(self, owner: OwnerRow | None) -> bool:
+        """Whether a start mark written since the claim by `owner` would be visible now."""
 
     @abstractmethod
     def _unflushed_writes_survive(self, owner: OwnerRow) -> bool:
-        """Whether `owner`'s unflushed writes are still visible (the dialect's `since_restart`
-        covers what SQL can tell)."""
+        """Whether `owner`'s writes that were not flushed to disk are still visible."""
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -422,12 +411,12 @@ class SQLStore(IdempotencyStore):
         # read without locking the row (locking it is a write, and its commit a flush).
         async with self._session("claim") as db:
             row = await db.one(sql.peek_existing, params)
-        if row is not None and not row[13] and (row[0] != fingerprint or row[1] == "completed"):
+        if row is not None and not row[12] and (row[0] != fingerprint or row[1] == "completed"):
             return judge(self._existing(row), fingerprint, float(row[10]), self.me).claim
         async with self._session("claim", transaction=True, durable=True) as db:
             for _ in range(CLAIM_ATTEMPTS):
                 row = await db.one(sql.select_existing, params)
-                if row is not None and not row[13]:
+                if row is not None and not row[12]:
                     break
                 if row is not None:  # past its TTL: the key is new again
                     await db.execute(sql.delete_key, params)
@@ -579,7 +568,7 @@ class SQLStore(IdempotencyStore):
             lease_until=float(row[3]),
             owner=owner,
             body=int(row[11]),
-            start_record_intact=self._start_record_intact(row[12], owner),
+            start_record_intact=self._start_record_intact(owner),
         )
 
 

@@ -53,10 +53,6 @@ DIALECT = Dialect(
     after="(:now + {})",
     before="(:now - {})",
     row_lock="",  # BEGIN IMMEDIATE holds the whole file
-    relaxed_update="",  # synchronous = NORMAL is the connection's default
-    relaxed_delete="",
-    intact="NULL",  # decided in Python: same_boot
-    since_restart="",
     schema_lock=None,
     sweep_lock=None,
 )
@@ -129,7 +125,7 @@ class SQLiteStore(SQLStore):
             f"upgrade this server, or set {ENV_PREFIX}DATA_DIR to another directory",
         )
 
-    def _start_record_intact(self, flag: object, owner: OwnerRow | None) -> bool:
+    def _start_record_intact(self, owner: OwnerRow | None) -> bool:
         # The file is local: the owner's unflushed writes are lost only if this machine restarted.
         return owner is not None and same_boot(owner, self.me)
 
