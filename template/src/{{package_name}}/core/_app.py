@@ -89,6 +89,7 @@ def create_server(
         stats=stats,
         store=store,
         resources=resources,
+        health_checks=checks,
         lifespan=resources.sdk_lifespan,
         strict=STRICT_ARGUMENTS if strict is None else strict,
     )

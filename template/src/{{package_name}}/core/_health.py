@@ -66,7 +66,6 @@ class CallStats:
 
 
 HealthCheck = Callable[[], Awaitable[CheckResult]]
-CHECKS_ATTRIBUTE = "__mcp_checks__"
 
 
 def make_health_tool(
@@ -97,16 +96,9 @@ def make_health_tool(
             keys_in_doubt=in_doubt,
         )
 
-    setattr(health_check, CHECKS_ATTRIBUTE, dict(checks))
     spec = spec_of(health_check)
     assert spec is not None
     return replace(spec, output_schema=HEALTH_OUTPUT_SCHEMA)
-
-
-def checks_of(health: Callable[..., Any]) -> dict[str, HealthCheck]:
-    """The dependency checks a health_check tool reports: readiness runs them, without the counters."""
-    checks: dict[str, HealthCheck] = getattr(health, CHECKS_ATTRIBUTE)
-    return checks
 
 
 async def run_checks(

@@ -23,7 +23,6 @@ from starlette.types import ASGIApp
 
 from ._bearer import bearer_verifier
 from ._errors import FatalError
-from ._health import checks_of
 from ._http_bind import bind_address, check_bind, url_host
 from ._http_exposure import check_exposure, is_loopback, transport_security
 from ._http_limits import BodyReadTimeout, bounded_h11
@@ -80,7 +79,7 @@ class DrainingServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:
             server.close()  # stop accepting; open connections still see /readyz say 503
-        await self.mcp.drain()  # the calls cut at the grace are answered, not dropped
+        await self.mcp.shutdown.drain()  # the calls cut at the grace are answered, not dropped
         AppStatus.should_exit = True  # now the SSE streams may end (standing GET streams too)
         # Then uvicorn closes connections (standing streams too) once the answers are written.
         self.config.timeout_graceful_shutdown = _FLUSH_S
@@ -107,7 +106,7 @@ def check_http_settings(server: ResilientServer, host: str, port: int) -> None:
 def build_app(server: ResilientServer, host: str, is_draining: Callable[[], bool]) -> ASGIApp:
     """The SDK's Streamable HTTP app with this server's limits and the probes beside it."""
     settings = server.app_settings
-    readiness = Readiness(checks_of(server.served["health_check"].spec.fn))
+    readiness = Readiness(server.health_checks)
     add_probes(server, readiness, is_draining)
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,

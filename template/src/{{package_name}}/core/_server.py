@@ -21,7 +21,7 @@ import inspect
 import random
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -44,7 +44,7 @@ from ._callers import caller, forbidden_message, missing_scopes
 from ._entrypoints import entrypoint
 from ._errors import FatalError, TransientError
 from ._fatal_exit import FatalExit
-from ._health import CallStats
+from ._health import CallStats, HealthCheck
 from ._idempotency import KEY_ARGUMENT, StoreHandle, fingerprint
 from ._idempotent_call import run_once
 from ._logs import get_logger, log_call
@@ -178,6 +178,7 @@ class ResilientServer(MCPServer[Any]):
         store: StoreHandle,
         strict: bool,
         resources: Resources | None = None,
+        health_checks: Mapping[str, HealthCheck] | None = None,
         **kwargs: Any,
     ) -> None:
         built = [build_tool(spec, strict=strict) for spec in specs]
@@ -187,6 +188,7 @@ class ResilientServer(MCPServer[Any]):
         self.stats = stats
         self.store = store
         self.resources = resources or Resources([], [])  # the owner's lifespans and dependency checks
+        self.health_checks = dict(health_checks or {})  # what health_check reports; /readyz runs them
         self.fatal_exit: FatalExit | None = None  # armed only when serving a transport
         self.scopes_enforced = False  # a tool's `scopes` apply with AUTH=oauth over HTTP
         self._time_limits: TimeLimits | None = None  # the serving loop's, made on the first call
@@ -423,20 +425,15 @@ class ResilientServer(MCPServer[Any]):
             group.start_soon(self._drain_then_stop, group.cancel_scope)
 
     async def _drain_then_stop(self, serving: anyio.CancelScope) -> None:
-        await self.drain()
+        await self.shutdown.drain()
         serving.cancel()
 
     async def _end_of_input(self) -> None:
         """stdin ended: the client sends nothing more, but may still read the answers in flight."""
         if self.shutdown.begin("end of input"):
-            await self.drain()
+            await self.shutdown.drain()
         else:
             await self.shutdown.drained.wait()
-
-    async def drain(self) -> None:
-        """Let the calls in flight finish within the grace, cut and answer the rest."""
-        stats = self.stats
-        await self.shutdown.drain(lambda: stats.in_flight)
 
     async def serve_http(self, host: str, port: int) -> None:
         """Streamable HTTP on /mcp; a fatal call is answered, then the process exits."""

@@ -20,7 +20,6 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
 
 from ._logs import get_logger
 from ._running import abandoned_threads
@@ -60,10 +59,11 @@ class Shutdown:
         self._watchdog = watchdog
         return True
 
-    async def drain(self, in_flight: Callable[[], int]) -> None:
+    async def drain(self) -> None:
         """Wait for the calls in flight within the grace, then cut the rest and let them answer."""
         deadline = time.monotonic() + self.grace_s
-        while in_flight() and time.monotonic() < deadline:  # noqa: ASYNC110 (a counter, polled)
+        # The set the call path keeps anyway: polled, rather than an event on every call.
+        while self.calls and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(_POLL_S)
         left = [task for task in self.calls if not task.done()]
         if not left:
@@ -74,7 +74,7 @@ class Shutdown:
             self._cut.add(task)
             task.cancel()
         answered_by = time.monotonic() + ANSWER_CUT_CALLS_S
-        while in_flight() and time.monotonic() < answered_by:  # noqa: ASYNC110
+        while self.calls and time.monotonic() < answered_by:  # noqa: ASYNC110
             await asyncio.sleep(_POLL_S)
         self.drained.set()
 
