@@ -40,6 +40,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import BaseModel, TypeAdapter
 
+from ._call_line import time_tool_calls, write_call_line
 from ._callers import caller, forbidden_message, missing_scopes
 from ._entrypoints import entrypoint
 from ._errors import FatalError, TransientError
@@ -47,7 +48,7 @@ from ._fatal_exit import FatalExit
 from ._health import CallStats, HealthCheck
 from ._idempotency import KEY_ARGUMENT, StoreHandle, fingerprint
 from ._idempotent_call import run_once
-from ._logs import get_logger, log_call
+from ._logs import get_logger
 from ._progress import progress_requested, with_heartbeat
 from ._redaction import redact_text
 from ._resilience import Attempts, Failure, classify, in_doubt_message, run_with_retries
@@ -182,7 +183,8 @@ class ResilientServer(MCPServer[Any]):
         **kwargs: Any,
     ) -> None:
         built = [build_tool(spec, strict=strict) for spec in specs]
-        super().__init__(name, tools=[tool for tool, _ in built], **kwargs)
+        # The middleware times each call from the SDK's validation of it to its answer built.
+        super().__init__(name, tools=[tool for tool, _ in built], middleware=[time_tool_calls], **kwargs)
         self.served = {served.spec.name: served for _, served in built}
         self.app_settings = app_settings
         self.stats = stats
@@ -232,12 +234,12 @@ class ResilientServer(MCPServer[Any]):
             stats.in_flight -= 1
             stats.calls += 1
         failure = outcome.failure
-        log_call(
+        write_call_line(
+            started,
             tool,
             correlation_id,
             "error" if failure else "replayed" if outcome.replayed else "ok",
             failure.category if failure else None,
-            (time.perf_counter() - started) * 1000,
             outcome.count,
             caller(),
         )
