@@ -26,6 +26,7 @@ from ._errors import FatalError
 from ._http_bind import bind_address, check_bind, url_host
 from ._http_exposure import check_exposure, is_loopback, transport_security
 from ._http_limits import BodyReadTimeout, bounded_h11
+from ._json_bounds import count_members_after_auth
 from ._logs import get_logger
 from ._oauth import oauth_verifier
 from ._probes import add_probes
@@ -117,6 +118,7 @@ def build_app(server: ResilientServer, host: str, is_draining: Callable[[], bool
         transport_security=transport_security(settings, host),
         host=host,
     )
+    count_members_after_auth(app, MCP_PATH, settings.max_request_bytes)
     return BodyReadTimeout(readiness.around(app), settings.http_read_timeout_s)
 
 
