@@ -31,10 +31,11 @@ _JSON_WHITESPACE = b" \t\r\n"
 def object_members(body: bytes) -> int:
     """An upper bound on the object members in a JSON body: every `"` followed by `:`.
 
-    Outside strings a key's closing quote and its colon (whitespace aside) are exactly one
-    per member; inside a string only an escaped quote can precede a colon (`\\":`, as in
-    JSON held in a string), which counts too: a bound, never an undercount. Deleting the
-    whitespace first keeps it to two passes in C over the bytes.
+    A key's closing quote and its colon (whitespace aside) are one per member. Elsewhere
+    a quote meets a colon only in a string: an escaped quote (`\\":`, as in JSON held in
+    a string) or the opening quote of a string that begins with one (spaces aside): those count:
+    a bound, never an undercount. Deleting the whitespace first keeps it to two passes in
+    C over the bytes.
     """
     return body.translate(None, _JSON_WHITESPACE).count(b'":')
 
