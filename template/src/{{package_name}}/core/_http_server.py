@@ -26,6 +26,7 @@ from ._errors import FatalError
 from ._http_bind import bind_address, check_bind, url_host
 from ._http_exposure import check_exposure, is_loopback, transport_security
 from ._http_limits import BodyReadTimeout, bounded_h11
+from ._http_rate_limits import gate_tool_calls
 from ._json_bounds import count_members_after_auth
 from ._logs import get_logger
 from ._oauth import oauth_verifier
@@ -119,6 +120,7 @@ def build_app(server: ResilientServer, host: str, is_draining: Callable[[], bool
         host=host,
     )
     count_members_after_auth(app, MCP_PATH, settings.max_request_bytes)
+    gate_tool_calls(app, path=MCP_PATH, limits=server.limits, tools=server.limited_spec)
     return BodyReadTimeout(readiness.around(app), settings.http_read_timeout_s)
 
 

@@ -29,6 +29,7 @@ Category = Literal[
     "partial",
     "forbidden",
     "too_large",
+    "rate_limited",
 ]
 
 # Whether retrying the same call can help, by category (conflict: only while in progress).
@@ -45,6 +46,7 @@ RETRYABLE: dict[Category, bool] = {
     "partial": False,
     "forbidden": False,
     "too_large": False,
+    "rate_limited": True,
 }
 
 

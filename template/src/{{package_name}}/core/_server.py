@@ -50,6 +50,7 @@ from ._idempotency import KEY_ARGUMENT, StoreHandle, fingerprint
 from ._idempotent_call import run_once
 from ._logs import get_logger
 from ._progress import progress_requested, with_heartbeat
+from ._rate_limits import CallLimits
 from ._redaction import redact_text
 from ._resilience import Attempts, Failure, classify, in_doubt_message, run_with_retries
 from ._resources import Resources
@@ -195,6 +196,9 @@ class ResilientServer(MCPServer[Any]):
         self.scopes_enforced = False  # a tool's `scopes` apply with AUTH=oauth over HTTP
         self._time_limits: TimeLimits | None = None  # the serving loop's, made on the first call
         self.shutdown = Shutdown(app_settings.shutdown_grace_s)
+        self.limits = CallLimits(
+            rate_limit=app_settings.rate_limit, max_concurrent_calls=app_settings.max_concurrent_calls
+        )
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -253,6 +257,13 @@ class ResilientServer(MCPServer[Any]):
             self.fatal_exit.arm(context.request_id if context is not None else None)
         return failure.result(correlation_id)
 
+    def limited_spec(self, name: str) -> ToolSpec | None:
+        """The tool whose limits a call of `name` by this caller meets next; None if refused before."""
+        served = self.served.get(name)
+        if served is None or (self.scopes_enforced and missing_scopes(served.spec.scopes)):
+            return None
+        return served.spec
+
     async def _call(
         self,
         served: ServedTool | None,
@@ -277,26 +288,36 @@ class ResilientServer(MCPServer[Any]):
             missing = missing_scopes(spec.scopes)
             if missing:
                 return Attempts(failure=Failure.refusal("forbidden", forbidden_message(name, missing)))
-        problem, validated = served.validator.check(arguments)
-        if problem is not None:
-            return Attempts(failure=Failure.refusal("invalid_input", problem))
-        assert validated is not None
-        timeout_s = spec.timeout_s or self.app_settings.tool_timeout_s
-        attempt = (served, arguments, validated, context)  # what each attempt is called with
-        if not spec.side_effect:
-            return await self._run(served, attempt, correlation_id, timeout_s, Attempts())
-        canonical = validated.model_dump(mode="json", by_alias=True)
-        return await run_once(
-            await self.store.get(),
-            tool=name,
-            key=canonical[KEY_ARGUMENT],
-            fingerprint=fingerprint(canonical),
-            lease_s=timeout_s + LEASE_MARGIN_S,
-            correlation_id=correlation_id,
-            run=functools.partial(self._run, served, attempt, correlation_id, timeout_s),
-            reconcile=spec.reconcile,
-            start_with_claim=served.start_with_claim,
-        )
+        # Unknown and forbidden answers are final, so they come first; a limit's refusal comes
+        # before validation and the idempotency table: it costs little, and a retry is safe.
+        refused = self.limits.enter(spec, caller())
+        if refused is not None:
+            return Attempts(
+                failure=Failure.refusal("rate_limited", refused.message, retry_after_s=refused.retry_after_s)
+            )
+        try:
+            problem, validated = served.validator.check(arguments)
+            if problem is not None:
+                return Attempts(failure=Failure.refusal("invalid_input", problem))
+            assert validated is not None
+            timeout_s = spec.timeout_s or self.app_settings.tool_timeout_s
+            attempt = (served, arguments, validated, context)  # what each attempt is called with
+            if not spec.side_effect:
+                return await self._run(served, attempt, correlation_id, timeout_s, Attempts())
+            canonical = validated.model_dump(mode="json", by_alias=True)
+            return await run_once(
+                await self.store.get(),
+                tool=name,
+                key=canonical[KEY_ARGUMENT],
+                fingerprint=fingerprint(canonical),
+                lease_s=timeout_s + LEASE_MARGIN_S,
+                correlation_id=correlation_id,
+                run=functools.partial(self._run, served, attempt, correlation_id, timeout_s),
+                reconcile=spec.reconcile,
+                start_with_claim=served.start_with_claim,
+            )
+        finally:
+            self.limits.leave(spec)
 
     async def _run(
         self,

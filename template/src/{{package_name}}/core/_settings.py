@@ -54,6 +54,8 @@ class CoreSettings(BaseSettings):
     progress_interval_s: float = Field(
         15.0, gt=0, description="heartbeat progress for calls that carry a progressToken"
     )
+    rate_limit: float = Field(0.0, ge=0, description="calls per minute per caller (token bucket; 0: off)")
+    max_concurrent_calls: int = Field(64, gt=0, description="calls running at once; more are rate_limited")
 
     # HTTP (serve --transport http): who may reach the server and how much it takes.
     allowed_hosts: CommaList = Field(

@@ -9,6 +9,7 @@ servers in one process never registers a tool twice.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
@@ -42,6 +43,8 @@ class ToolSpec:
     scopes: tuple[str, ...] = ()
     output_schema: Mapping[str, Any] | None = None  # the core's own tools: instead of pydantic's
     max_result_bytes: int | None = None
+    rate_limit: float | None = None  # calls per minute per caller, for this tool
+    max_concurrency: int | None = None  # calls of this tool running at once, all callers
 
     @property
     def description(self) -> str:
@@ -92,6 +95,8 @@ def tool(
     reconcile: Reconcile | None = None,
     scopes: Sequence[str] = (),
     max_result_bytes: int | None = None,
+    rate_limit: float | None = None,
+    max_concurrency: int | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -108,6 +113,8 @@ def tool(
     reconcile: Reconcile | None = None,
     scopes: Sequence[str] = (),
     max_result_bytes: int | None = None,
+    rate_limit: float | None = None,
+    max_concurrency: int | None = None,
 ) -> Any:
     """Mark a function as an MCP tool; `@tool` and `@tool(...)` both work.
 
@@ -130,6 +137,10 @@ def tool(
             without one gets a `forbidden` result naming it.
         max_result_bytes: the largest result of this tool (default: the MAX_RESULT_BYTES
             setting); longer text is cut, larger structured content is `too_large`.
+        rate_limit: calls per minute each caller may make to this tool (a token bucket,
+            beside the RATE_LIMIT setting); more are `rate_limited` with a `retry_after`.
+        max_concurrency: calls of this tool that may run at once (beside the
+            MAX_CONCURRENT_CALLS setting); more are `rate_limited`, not queued.
     """
     if read_only and side_effect:
         raise TypeError("a tool cannot be both read_only and side_effect: choose one")
@@ -143,6 +154,12 @@ def tool(
         raise TypeError(
             f"max_result_bytes must be an integer of at least {MIN_RESULT_BYTES}, got {max_result_bytes!r}"
         )
+    if rate_limit is not None and not _finite_positive(rate_limit):
+        raise TypeError(f"rate_limit must be a positive number of calls per minute, got {rate_limit!r}")
+    if max_concurrency is not None and (
+        isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1
+    ):
+        raise TypeError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
     if reconcile is not None and not side_effect:
         raise TypeError("reconcile is for side_effect=True tools: only they have keys in doubt")
 
@@ -160,6 +177,8 @@ def tool(
             reconcile=reconcile,
             scopes=(scopes,) if isinstance(scopes, str) else tuple(scopes),
             max_result_bytes=max_result_bytes,
+            rate_limit=rate_limit,
+            max_concurrency=max_concurrency,
         )
         setattr(fn, SPEC_ATTRIBUTE, spec)
         return fn
@@ -167,6 +186,10 @@ def tool(
     if callable(name):
         return mark(name)
     return lambda fn: mark(fn, name)
+
+
+def _finite_positive(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
 
 
 def spec_of(obj: object) -> ToolSpec | None:
