@@ -7,7 +7,7 @@ the probes included, before any check of ours could run. Members are counted her
 the raw bytes, far faster than parsing them, and a body with more than
 `MAX_OBJECT_MEMBERS` is refused with a JSON-RPC error (HTTP 400) before it is parsed.
 Arrays of numbers or strings cost the SDK little and are not counted; the body's size
-stays `MAX_REQUEST_BYTES`' job. benchmarks/README.md has the figures.
+stays `MAX_REQUEST_BYTES`' job. benchmarks/REQUEST_BOUNDS.md has the figures.
 """
 
 from __future__ import annotations
