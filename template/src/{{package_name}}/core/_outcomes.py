@@ -14,7 +14,7 @@ from typing import Any, Literal
 from mcp.types import CallToolResult, TextContent
 
 from ._errors import Part
-from ._redaction import redact_text
+from ._redaction import redact_text, strip_paths
 
 Category = Literal[
     "unknown_tool",
@@ -50,6 +50,12 @@ RETRYABLE: dict[Category, bool] = {
 }
 
 
+def shown(message: str) -> str:
+    """A message as the model may see it: every one, the owner's own included, loses
+    secret-shaped values and the server's absolute file paths (whatever raised it)."""
+    return strip_paths(redact_text(message))
+
+
 def failure(
     category: Category,
     message: str,
@@ -69,8 +75,7 @@ def failure(
     if retry_after_s is not None:
         error["retry_after_s"] = round(retry_after_s, 3)
     return CallToolResult(
-        # Every message shown to the model, the owner's own included, loses secret-shaped values.
-        content=[TextContent(type="text", text=f"{category}: {redact_text(message)}"), *content],
+        content=[TextContent(type="text", text=f"{category}: {shown(message)}"), *content],
         structured_content=structured,
         is_error=True,
         _meta={"error": error},
@@ -84,9 +89,7 @@ def partial_failure(parts: Sequence[Part], correlation_id: str) -> CallToolResul
     message += "the other parts succeeded: do not redo them, retry only the failed ones"
     succeeded = [TextContent(type="text", text=f"{p.name}: {p.result}") for p in parts if p.ok]
     status = {
-        p.name: {"status": "ok", "result": p.result}
-        if p.ok
-        else {"status": "error", "error": redact_text(p.error)}
+        p.name: {"status": "ok", "result": p.result} if p.ok else {"status": "error", "error": shown(p.error)}
         for p in parts
     }
     return failure(

@@ -7,9 +7,10 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import NoReturn
+from typing import Literal, NoReturn, get_origin
 
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
 
 from ._errors import FatalError
 from ._project import ENV_PREFIX, IDEMPOTENCY_BACKEND
@@ -28,15 +29,23 @@ def load_settings() -> CoreSettings:
     try:
         return Settings()
     except ValidationError as exc:
-        raise _settings_error(exc) from None
+        raise _settings_error(exc, Settings) from None
 
 
-def _settings_error(exc: ValidationError) -> FatalError:
+def _holds_no_secret(field: FieldInfo | None) -> bool:
+    """A choice, a number or a flag (`AUTH`, `SESSION_IDLE_TIMEOUT_S`): showing a wrong one helps."""
+    annotation = field.annotation if field is not None else None
+    return get_origin(annotation) is Literal or annotation in (int, float, bool)
+
+
+def _settings_error(exc: ValidationError, settings: type[CoreSettings]) -> FatalError:
     problems = []
     for error in exc.errors():
         variable = ENV_PREFIX + "_".join(str(part) for part in error["loc"]).upper()
+        field = settings.model_fields.get(str(error["loc"][0])) if error["loc"] else None
         # A secret (a short bearer token, a DSN's password) is named, never shown.
-        value = "[redacted]" if is_secret_name(variable.lower()) else repr(error["input"])
+        secret = is_secret_name(variable.lower()) and not _holds_no_secret(field)
+        value = "[redacted]" if secret else repr(error["input"])
         if len(value) > _MAX_VALUE_CHARS:
             value = value[: _MAX_VALUE_CHARS - 3] + "..."
         problems.append(f"{variable}={value} is invalid ({error['msg']})")
