@@ -3,8 +3,14 @@
 
 uvicorn bounds idle keep-alive connections but not a client that sends its headers or its
 body a byte at a time; each such connection would be held open for ever. The body's time
-limit is for all of it: one limit per chunk would let a byte every few seconds through. Connection and
-session counts are bounded by uvicorn (`limit_concurrency`) and the SDK (`max_sessions`).
+limit is for all of it: one limit per chunk would let a byte every few seconds through.
+
+`MAX_CONNECTIONS` is counted here rather than by uvicorn's `limit_concurrency`, which answers
+503 to every request, the probes too, once that many connections are open: clients that merely
+hold connections would get a healthy server restarted. Past `MAX_CONNECTIONS`, up to
+`PROBE_CONNECTIONS` more connections are accepted for `/livez` and `/readyz` only (anything else
+on them gets 503), each for one request and with a short deadline for it, so that holding them
+too takes a client that keeps opening connections; past those, a connection is closed at once.
 """
 
 from __future__ import annotations
@@ -14,17 +20,31 @@ from typing import Any
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ._probes import PROBE_PATHS
 
-def bounded_h11(read_timeout_s: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol, closing a connection whose request headers take too long."""
+PROBE_CONNECTIONS = 16  # accepted past MAX_CONNECTIONS, for the probes only
+PROBE_HEADERS_S = 5.0  # the most a connection for the probes waits for its request
+
+
+def bounded_h11(read_timeout_s: float, max_connections: int) -> type[H11Protocol]:
+    """uvicorn's h11 protocol: `max_connections` (and the probes' own), each request's headers in time."""
 
     class BoundedH11Protocol(H11Protocol):
         _deadline: asyncio.TimerHandle | None = None
+        _headers_s = read_timeout_s
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            already_open = len(self.connections)
             super().connection_made(transport)
+            if already_open >= max_connections + PROBE_CONNECTIONS:
+                transport.close()
+                return
+            if already_open >= max_connections:
+                self.app = ProbesOnly(self.app)
+                self._headers_s = min(read_timeout_s, PROBE_HEADERS_S)
             self._arm()
 
         def data_received(self, data: bytes) -> None:
@@ -38,7 +58,7 @@ def bounded_h11(read_timeout_s: float) -> type[H11Protocol]:
             super().connection_lost(exc)
 
         def _arm(self) -> None:
-            self._deadline = self.loop.call_later(read_timeout_s, self._headers_too_slow)
+            self._deadline = self.loop.call_later(self._headers_s, self._headers_too_slow)
 
         def _between_requests(self) -> bool:
             return self.cycle is None or self.cycle.response_complete
@@ -49,6 +69,28 @@ def bounded_h11(read_timeout_s: float) -> type[H11Protocol]:
                 self.transport.close()
 
     return BoundedH11Protocol
+
+
+class ProbesOnly:
+    """ASGI app for a connection past `MAX_CONNECTIONS`: the probes answer, anything else gets 503.
+
+    Every answer closes the connection, so the room is free for the next probe.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in PROBE_PATHS:
+            await service_unavailable(scope, receive, send)  # type: ignore[arg-type]
+            return
+
+        async def send_and_close(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, send_and_close)
 
 
 class BodyReadTimeout:

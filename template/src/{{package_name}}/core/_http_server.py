@@ -32,6 +32,7 @@ from ._logs import get_logger
 from ._oauth import oauth_verifier
 from ._probes import add_probes
 from ._readiness import Readiness
+from ._sessions import bound_sessions
 from ._settings import CoreSettings
 from ._startup import exit_fatal
 
@@ -109,16 +110,25 @@ def build_app(server: ResilientServer, host: str, is_draining: Callable[[], bool
     """The SDK's Streamable HTTP app with this server's limits and the probes beside it."""
     settings = server.app_settings
     readiness = Readiness(server.health_checks)
-    add_probes(server, readiness, is_draining)
+    security = transport_security(settings, host)
+    add_probes(server, readiness, is_draining, security)
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         stateless_http=settings.http_stateless,
         max_request_body_size=settings.max_request_bytes,
         session_idle_timeout=settings.session_idle_timeout_s,
         max_sessions=settings.max_sessions,
-        transport_security=transport_security(settings, host),
+        transport_security=security,
         host=host,
     )
+    if not settings.http_stateless:
+        bound_sessions(
+            app,
+            server.session_manager,
+            max_sessions=settings.max_sessions,
+            per_caller=settings.max_sessions_per_caller,
+            idle_s=settings.session_idle_timeout_s,
+        )
     count_members_after_auth(app, MCP_PATH, settings.max_request_bytes)
     gate_tool_calls(app, path=MCP_PATH, limits=server.limits, tools=server.limited_spec)
     return BodyReadTimeout(readiness.around(app), settings.http_read_timeout_s)
@@ -133,9 +143,8 @@ async def serve_http(server: ResilientServer, host: str, port: int) -> None:
         app,
         host=bind_address(host),
         port=port,
-        http=bounded_h11(settings.http_read_timeout_s),
+        http=bounded_h11(settings.http_read_timeout_s, settings.max_connections),  # not limit_concurrency
         log_config=None,  # uvicorn's loggers reach the root handler: JSON on stderr
-        limit_concurrency=settings.max_connections,
         server_header=False,
         lifespan="on",
     )

@@ -78,8 +78,15 @@ class CoreSettings(BaseSettings):
     max_request_bytes: int = Field(4 * 1024 * 1024, gt=0, description="largest HTTP request body (413 above)")
     shutdown_grace_s: float = Field(10.0, ge=0, description="on SIGTERM, how long in-flight calls may finish")
     max_connections: int = Field(1000, gt=0, description="open HTTP connections; more get 503")
-    max_sessions: int = Field(1000, gt=0, description="open MCP sessions (2025-11-25 era); more get 503")
-    session_idle_timeout_s: float = Field(600.0, gt=0, description="an idle MCP session is closed after this")
+    max_sessions: int = Field(
+        1000, gt=0, description="open MCP sessions (2025-11-25 era); a new one closes the least recently used"
+    )
+    max_sessions_per_caller: int = Field(
+        100, gt=0, description="open MCP sessions per caller (token subject; with auth only)"
+    )
+    session_idle_timeout_s: float = Field(
+        600.0, gt=0, description="an MCP session without requests is closed after this (open streams too)"
+    )
     http_read_timeout_s: float = Field(
         30.0, gt=0, description="a request's headers and body must arrive within this"
     )
