@@ -113,8 +113,8 @@ def fastmcp_beside(session: nox.Session) -> str:
 
 @nox.session(default=False)
 def conformance(session: nox.Session) -> None:
-    """The MCP conformance suite over HTTP (npm installs it and Node 22 once); see conformance/."""
-    session.install("-e", ".")
+    """The MCP conformance suite over HTTP, both eras (npm installs it and Node 22 once); see conformance/."""
+    session.install("-e", ".", "pyyaml>=6")
     session.run("python", "conformance/run.py", *session.posargs)
 
 

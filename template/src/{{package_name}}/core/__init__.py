@@ -18,6 +18,7 @@ from ._errors import (
     ToolInputError,
     TransientError,
 )
+from ._primitives import completion, prompt, resource
 from ._resources import Check, dependency, lifespan, shared
 from ._running import cancelled
 from ._server import ResilientServer
@@ -37,8 +38,11 @@ __all__ = [
     "ToolInputError",
     "TransientError",
     "cancelled",
+    "completion",
     "dependency",
     "lifespan",
+    "prompt",
+    "resource",
     "shared",
     "tool",
 ]

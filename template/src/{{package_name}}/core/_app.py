@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ._discovery import discover_resources, discover_tools
+from ._discovery import discover_primitives, discover_resources, discover_tools
 from ._errors import FatalError
 from ._health import CallStats, CheckResult, HealthCheck, make_health_tool
 from ._idempotency import StoreHandle, create_store
@@ -78,6 +78,7 @@ def create_server(
         checks[name] = check
     health = make_health_tool(stats, version, checks, keys_in_doubt)
     specs = discover_tools(tools_package)
+    primitives = discover_primitives(tools_package)
     if any(spec.name == health.name for spec in specs):
         raise FatalError(f"a tool in tools/ is named {health.name!r}, which the core reserves", "rename it")
     return ResilientServer(
@@ -90,6 +91,7 @@ def create_server(
         store=store,
         resources=resources,
         health_checks=checks,
+        primitives=primitives,
         lifespan=resources.sdk_lifespan,
         strict=STRICT_ARGUMENTS if strict is None else strict,
     )

@@ -1,7 +1,8 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
 """Finds the tools: every module in the tools/ package is imported, every `@tool` served.
 
-The same modules hold the owner's `@lifespan` resources and `@dependency` checks.
+The same modules hold the owner's `@resource`, `@prompt` and `@completion` functions, and
+the owner's `@lifespan` resources and `@dependency` checks.
 """
 
 from __future__ import annotations
@@ -9,9 +10,12 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import traceback
+from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 from ._errors import FatalError
+from ._primitives import CompletionSpec, PromptSpec, ResourceSpec, primitive_of
 from ._resources import DependencySpec, LifespanFunction, dependency_of, is_lifespan
 from ._tool import ToolSpec, spec_of
 
@@ -40,6 +44,66 @@ def discover_tools(package: ModuleType) -> list[ToolSpec]:
             origin[spec.name] = module_name
             specs.append(spec)
     return specs
+
+
+@dataclass(frozen=True)
+class Primitives:
+    """The resources, prompts and completers of the tools/ modules, in discovery order."""
+
+    resources: tuple[ResourceSpec, ...] = ()
+    prompts: tuple[PromptSpec, ...] = ()
+    completions: tuple[CompletionSpec, ...] = ()
+
+
+def discover_primitives(package: ModuleType) -> Primitives:
+    """The `@resource`, `@prompt` and `@completion` functions, by module name, then in file order.
+
+    Raises FatalError for two resources at one URI, two prompts of one name, two completers of
+    one target, or a completer whose target is neither a prompt nor a resource template.
+    """
+    found: dict[type, list[Any]] = {ResourceSpec: [], PromptSpec: [], CompletionSpec: []}
+    origin: dict[tuple[type, str], str] = {}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        module_name = f"{package.__name__}.{info.name}"
+        for value in vars(_import(module_name)).values():
+            spec = primitive_of(value)
+            if spec is None or getattr(spec.fn, "__module__", None) != module_name:
+                continue  # imported from elsewhere: served where it is defined
+            key = _identity(spec)
+            if (type(spec), key) in origin:
+                raise FatalError(
+                    f"two {_KINDS[type(spec)]} are {key!r} (in {origin[type(spec), key]} and {module_name})",
+                    "rename one of them",
+                )
+            origin[type(spec), key] = module_name
+            found[type(spec)].append(spec)
+    primitives = Primitives(
+        tuple(found[ResourceSpec]), tuple(found[PromptSpec]), tuple(found[CompletionSpec])
+    )
+    targets = {p.name for p in primitives.prompts} | {r.uri for r in primitives.resources if r.is_template}
+    for completer in primitives.completions:
+        if completer.target not in targets:
+            raise FatalError(
+                f"@completion({completer.target!r}) on {completer.name} completes nothing: "
+                f"no prompt and no resource template has that name or URI",
+                "name a prompt or a resource template URI declared in tools/",
+            )
+    return primitives
+
+
+_KINDS: dict[type, str] = {
+    ResourceSpec: "resources at the URI",
+    PromptSpec: "prompts named",
+    CompletionSpec: "completers for",
+}
+
+
+def _identity(spec: ResourceSpec | PromptSpec | CompletionSpec) -> str:
+    if isinstance(spec, ResourceSpec):
+        return spec.uri
+    if isinstance(spec, PromptSpec):
+        return spec.name
+    return spec.target
 
 
 def discover_resources(package: ModuleType) -> tuple[list[LifespanFunction], list[DependencySpec]]:

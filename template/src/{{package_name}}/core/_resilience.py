@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.shared.exceptions import MCPError
-from mcp.types import MISSING_REQUIRED_CLIENT_CAPABILITY, CallToolResult, InputRequiredResult
+from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 
 from ._errors import (
@@ -99,16 +99,6 @@ def classify(
         return Failure("terminal", _clip(str(cause)), cause)
     if isinstance(cause, ToolInputError):
         return Failure("invalid_input", _clip(str(cause)) or "the arguments were rejected", cause)
-    if isinstance(cause, MCPError) and cause.code == MISSING_REQUIRED_CLIENT_CAPABILITY:
-        # A resolver must ask the client (e.g. the user, through elicitation), and this client cannot.
-        return Failure(
-            "terminal",
-            _clip(
-                f"{tool_name} needs the client to do something it did not declare it can ({cause.message}); "
-                "nothing was run. Use a client that supports it"
-            ),
-            cause,
-        )
     if isinstance(cause, ResultTooLargeError):  # the tool finished; only its answer was refused
         return Failure("too_large", str(cause), cause)
     if side_effect:

@@ -1,6 +1,10 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
 """`ResilientServer`: the SDK's MCPServer with one seam that sees every tool call.
 
+Resources, prompts and completions pass through `_primitive_calls` from the public
+`read_resource` and `get_prompt` overrides; the 2025-11-25 methods MCPServer leaves
+unserved (`logging/setLevel`, `resources/subscribe`) come from `_handshake_era`.
+
 `call_tool` is the verified seam: it receives the tool's own exception (as the
 `__cause__` of the SDK's ToolError), so here each call is validated, bounded in
 time, retried when safe, classified, counted and logged in one line.
@@ -21,12 +25,13 @@ import inspect
 import random
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import anyio
 import anyio.abc
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import (
     ResourceError,
@@ -37,18 +42,30 @@ from mcp.server.mcpserver.exceptions import (
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import _convert_to_content
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult, InputRequiredResult
+from mcp.types import (
+    INVALID_PARAMS,
+    CallToolResult,
+    GetPromptResult,
+    InputRequiredResult,
+    SetLevelRequestParams,
+    SubscribeRequestParams,
+    UnsubscribeRequestParams,
+)
 from pydantic import BaseModel, TypeAdapter
 
 from ._call_line import time_tool_calls, write_call_line
 from ._callers import caller, forbidden_message, missing_scopes
+from ._discovery import Primitives
 from ._entrypoints import entrypoint
 from ._errors import FatalError, TransientError
 from ._fatal_exit import FatalExit
+from ._handshake_era import HandshakeEraMethods
 from ._health import CallStats, HealthCheck
 from ._idempotency import KEY_ARGUMENT, StoreHandle, fingerprint
 from ._idempotent_call import run_once
 from ._logs import get_logger
+from ._outcomes import shown
+from ._primitive_calls import answered, prompt_problem, register, unknown
 from ._progress import progress_requested, with_heartbeat
 from ._rate_limits import CallLimits
 from ._redaction import redact_text
@@ -181,12 +198,17 @@ class ResilientServer(MCPServer[Any]):
         strict: bool,
         resources: Resources | None = None,
         health_checks: Mapping[str, HealthCheck] | None = None,
+        primitives: Primitives | None = None,
         **kwargs: Any,
     ) -> None:
         built = [build_tool(spec, strict=strict) for spec in specs]
         # The middleware times each call from the SDK's validation of it to its answer built.
         super().__init__(name, tools=[tool for tool, _ in built], middleware=[time_tool_calls], **kwargs)
         self.served = {served.spec.name: served for _, served in built}
+        self.primitives = primitives or Primitives()
+        self.strict = strict
+        self.prompts = register(self, self.primitives)
+        self._serve_handshake_era_methods()
         self.app_settings = app_settings
         self.stats = stats
         self.store = store
@@ -225,6 +247,10 @@ class ResilientServer(MCPServer[Any]):
                 )
             else:  # the common case: no heartbeat task, no closure
                 outcome = await self._call(served, name, arguments, context, correlation_id)
+        except MCPError as exc:  # raised on purpose: the client gets that JSON-RPC error, in both eras
+            write_call_line(started, tool, correlation_id, "protocol_error", None, 1, caller())
+            log.info("tool_protocol_error", tool=tool, correlation_id=correlation_id, code=exc.error.code)
+            raise
         except BaseException as exc:  # a bug in this layer or a store: still an answer, never a leak
             if not is_own_cancellation(exc):
                 outcome = Attempts(failure=classify(exc, name, correlation_id))
@@ -256,6 +282,43 @@ class ResilientServer(MCPServer[Any]):
         if failure.category == "fatal" and self.fatal_exit is not None:
             self.fatal_exit.arm(context.request_id if context is not None else None)
         return failure.result(correlation_id)
+
+    async def read_resource(
+        self, uri: Any, context: Context[Any, Any] | None = None
+    ) -> Iterable[ReadResourceContents] | InputRequiredResult:
+        """A resource read through the core: categorised failures, an unknown URI as -32602."""
+        known = [spec.uri for spec in self.primitives.resources]
+        read = functools.partial(MCPServer.read_resource, self, uri, context)
+        return await answered("resources/read", str(uri), read, known=lambda: known, uri=str(uri))
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
+    ) -> GetPromptResult | InputRequiredResult:
+        """A prompt through the core: its arguments checked first, its failures categorised."""
+        prompt = self.prompts.get(name)
+        if prompt is None:
+            raise unknown("prompt", name, [spec.name for spec in self.primitives.prompts])
+        problem = prompt_problem(prompt, arguments, strict=self.strict)
+        if problem is not None:
+            raise MCPError(code=INVALID_PARAMS, message=f"invalid_input: {shown(problem)}")
+        get = functools.partial(MCPServer.get_prompt, self, name, arguments, context)
+        return await answered("prompts/get", name, get, known=lambda: [])
+
+    def _serve_handshake_era_methods(self) -> None:
+        """`logging/setLevel` always; `resources/subscribe` when there are resources to follow.
+
+        The low-level Server's public `add_request_handler` also makes it declare the
+        capabilities (`logging`, `resources.subscribe`) in the 2025-11-25 handshake.
+        """
+        methods = HandshakeEraMethods(self._subscriptions)
+        lowlevel = self._lowlevel_server
+        lowlevel.add_request_handler("logging/setLevel", SetLevelRequestParams, methods.set_level)
+        if self.primitives.resources:
+            lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, methods.subscribe)
+            lowlevel.add_request_handler(
+                "resources/unsubscribe", UnsubscribeRequestParams, methods.unsubscribe
+            )
+        self.handshake_era = methods
 
     def limited_spec(self, name: str) -> ToolSpec | None:
         """The tool whose limits a call of `name` by this caller meets next; None if refused before."""

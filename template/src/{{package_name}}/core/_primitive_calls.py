@@ -1,0 +1,248 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""Resources, prompts and completions served through the same core as tools.
+
+A resource read, a prompt get or a completion is not a tool call: its failure cannot be an
+`isError` result, so it is a JSON-RPC error. It is still classified as a tool's failure
+is (`_resilience.classify`), its message shown to the client only after redaction, its
+details logged under a correlation id that the error's `data` carries:
+`{"category", "retryable", "correlation_id"}`, plus the `uri` of a resource. Invalid
+input and unknown names are `-32602`, everything else `-32603`. An `MCPError` the owner
+raises on purpose passes unchanged.
+
+The SDK registers and renders them (`MCPServer.resource`, `add_prompt`, `completion`);
+`ResilientServer` overrides the public `read_resource` and `get_prompt` to call `answered`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, UnexpectedResourceError
+from mcp.server.mcpserver.prompts.base import Prompt
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    Completion,
+    CompletionArgument,
+    CompletionContext,
+    PromptReference,
+    ResourceTemplateReference,
+)
+from pydantic import ValidationError
+
+from ._callers import caller
+from ._discovery import Primitives
+from ._errors import FatalError
+from ._logs import get_logger
+from ._outcomes import RETRYABLE, shown
+from ._primitives import MAX_COMPLETION_VALUES, CompletionSpec
+from ._redaction import redact_text
+from ._resilience import Failure, classify
+from ._validation import describe_validation_error
+
+log = get_logger(__name__)
+T = TypeVar("T")
+_SHOWN_NAMES = 20  # an unknown-name answer lists this many declared names
+_TARGET_IN_LOG = 200  # a client may send any URI or name; the log keeps this much of it
+
+
+def register(server: MCPServer[Any], primitives: Primitives) -> dict[str, Prompt]:
+    """Hand the owner's resources, prompts and completers to the SDK, which lists and renders them;
+    the prompts by name, for their arguments to be checked before the SDK renders one.
+
+    A template whose `{params}` differ from its function's parameters, or a URI the SDK
+    cannot parse, stops the server at start-up with what to fix.
+    """
+    for spec in primitives.resources:
+        try:
+            server.resource(
+                spec.uri,
+                name=spec.name,
+                title=spec.title,
+                description=spec.description,
+                mime_type=spec.mime_type,
+            )(spec.fn)
+        except (ValueError, TypeError) as exc:
+            raise FatalError(
+                f"resource {spec.uri!r} ({spec.fn.__module__}.{spec.name}) cannot be served: {exc}",
+                "make the URI template's {params} the function's parameters",
+            ) from None
+    prompts: dict[str, Prompt] = {}
+    for declared in primitives.prompts:
+        prompts[declared.name] = Prompt.from_function(
+            declared.fn, name=declared.name, title=declared.title, description=declared.description
+        )
+        server.add_prompt(prompts[declared.name])
+    if primitives.completions:
+        completers = {completer.target: completer for completer in primitives.completions}
+
+        async def complete(
+            ref: PromptReference | ResourceTemplateReference,
+            argument: CompletionArgument,
+            context: CompletionContext | None,
+        ) -> Completion:
+            target = ref.name if isinstance(ref, PromptReference) else ref.uri
+            chosen = completers.get(target)
+            if chosen is None:  # nothing to offer for this target: an empty answer, as the spec allows
+                return Completion(values=[], has_more=False)
+            filled = dict(context.arguments or {}) if context is not None else {}
+            return await answered(
+                "completion/complete",
+                target,
+                functools.partial(_completed, chosen, argument, filled),
+                known=lambda: completers,
+            )
+
+        server.completion()(complete)  # type: ignore[no-untyped-call]  # the SDK's decorator is untyped
+    return prompts
+
+
+async def _completed(
+    spec: CompletionSpec, argument: CompletionArgument, filled: dict[str, str]
+) -> Completion:
+    values = spec.fn(argument.name, argument.value, filled)
+    if inspect.isawaitable(values):
+        values = await values
+    if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
+        raise TypeError(f"completer {spec.name} must return a list of strings, got {type(values).__name__}")
+    return Completion(
+        values=values[:MAX_COMPLETION_VALUES],
+        total=len(values),
+        has_more=len(values) > MAX_COMPLETION_VALUES,
+    )
+
+
+def prompt_problem(spec: Prompt, arguments: Mapping[str, Any] | None, *, strict: bool) -> str | None:
+    """What is wrong with a prompt's arguments (unknown names when strict, missing required ones)."""
+    declared = {argument.name: argument.required for argument in spec.arguments or ()}
+    given = arguments or {}
+    problems: list[str] = []
+    if strict:
+        for name in [name for name in given if name not in declared][:3]:
+            close = difflib.get_close_matches(name[:64], list(declared), n=1, cutoff=0.5)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(
+                f"unknown argument {name[:40]!r}{hint}; accepted: {', '.join(declared) or 'none'}"
+            )
+    problems += [
+        f"{name!r} is required but missing"
+        for name, required in declared.items()
+        if required and name not in given
+    ]
+    return "; ".join(problems) or None
+
+
+def unknown(kind: str, name: str, declared: Iterable[str]) -> MCPError:
+    """`-32602` for a name or URI this server does not have, with the closest declared one."""
+    names = sorted(declared)
+    close = difflib.get_close_matches(name[:64], names, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    listed = ", ".join(names[:_SHOWN_NAMES]) + (", ..." if len(names) > _SHOWN_NAMES else "")
+    return MCPError(
+        code=INVALID_PARAMS,
+        message=shown(f"no {kind} {name[:_TARGET_IN_LOG]!r}; {hint}declared: {listed or 'none'}"),
+    )
+
+
+async def answered(
+    method: str,
+    target: str,
+    run: Callable[[], Awaitable[T]],
+    *,
+    known: Callable[[], Iterable[str]],
+    uri: str | None = None,
+) -> T:
+    """Run one read, get or completion; a failure becomes a JSON-RPC error the client can act on.
+
+    `known` names what the server has, for the answer to an unknown name or URI.
+    """
+    started = time.perf_counter()
+    correlation_id = f"{random.getrandbits(64):016x}"
+    logged = redact_text(target[:_TARGET_IN_LOG])
+    try:
+        result = await run()
+    except MCPError as exc:  # the owner's on purpose, or the SDK's own answer: sent unchanged
+        _line(method, logged, correlation_id, "protocol_error", None, started, code=exc.error.code)
+        raise
+    except ResourceNotFoundError:
+        _line(method, logged, correlation_id, "error", "invalid_input", started)
+        error = unknown("resource", target, known())
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=error.error.message + "; resources/templates/list shows the URI templates",
+            data=_data("invalid_input", correlation_id, uri),
+        ) from None
+    except Exception as exc:
+        failure = _classified(exc, target, correlation_id)
+        _line(method, logged, correlation_id, "error", failure.category, started)
+        if failure.category in ("internal", "fatal"):
+            log.error(
+                f"{method.replace('/', '_')}_failed",
+                target=logged,
+                correlation_id=correlation_id,
+                exc_info=exc,
+            )
+        code = INVALID_PARAMS if failure.category == "invalid_input" else INTERNAL_ERROR
+        raise MCPError(
+            code=code,
+            message=f"{failure.category}: {shown(failure.message)}",
+            data=_data(failure.category, correlation_id, uri, failure.retry_after_s),
+        ) from None
+    _line(method, logged, correlation_id, "ok", None, started)
+    return result
+
+
+def _classified(exc: Exception, target: str, correlation_id: str) -> Failure:
+    """The category of what the owner's function raised (the SDK wraps it; its cause is the owner's)."""
+    cause = exc.__cause__ if isinstance(exc, UnexpectedResourceError | ValueError) and exc.__cause__ else exc
+    if isinstance(cause, ValidationError):  # a template parameter or prompt argument of the wrong type
+        return Failure("invalid_input", describe_validation_error(cause), cause)
+    if isinstance(cause, ResourceError) and not isinstance(cause, UnexpectedResourceError):
+        return Failure("terminal", str(cause), cause)  # the SDK's ResourceError, raised on purpose
+    return classify(cause, target, correlation_id)
+
+
+def _data(
+    category: Any, correlation_id: str, uri: str | None, retry_after_s: float | None = None
+) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "category": category,
+        "retryable": RETRYABLE[category],
+        "correlation_id": correlation_id,
+    }
+    if retry_after_s is not None:
+        data["retry_after_s"] = round(retry_after_s, 3)
+    if uri is not None:
+        data["uri"] = uri
+    return data
+
+
+def _line(
+    method: str,
+    target: str,
+    correlation_id: str,
+    outcome: str,
+    category: str | None,
+    started: float,
+    *,
+    code: int | None = None,
+) -> None:
+    log.info(
+        "request",
+        method=method,
+        target=target,
+        correlation_id=correlation_id,
+        outcome=outcome,
+        category=category,
+        code=code,
+        duration_ms=round((time.perf_counter() - started) * 1000, 2),
+        subject=caller(),
+    )
