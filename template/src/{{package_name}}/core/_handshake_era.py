@@ -15,12 +15,14 @@ import asyncio
 import weakref
 from typing import Any
 
+from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import ResourceUpdated, ServerEvent, SubscriptionBus
 from mcp.types import (
     EmptyResult,
     LoggingLevel,
+    ResourceUpdatedNotificationParams,
     SetLevelRequestParams,
     SubscribeRequestParams,
     UnsubscribeRequestParams,
@@ -32,26 +34,33 @@ log = get_logger(__name__)
 MAX_SUBSCRIPTIONS_PER_SESSION = 1024  # what one session may follow; a client sends URIs freely
 
 
+def _connection(session: ServerSession) -> Connection:
+    """The client's connection: a ServerSession lives for one request, its Connection for the
+    session (the SDK gives the session no public way to it; `_connection` is what it uses)."""
+    connection: Connection = session._connection
+    return connection
+
+
 class HandshakeEraMethods:
-    """Per-session log levels and resource subscriptions, gone with their sessions."""
+    """Per-connection log levels and resource subscriptions, gone with their connections."""
 
     def __init__(self, bus: SubscriptionBus) -> None:
-        self.levels: weakref.WeakKeyDictionary[ServerSession, LoggingLevel] = weakref.WeakKeyDictionary()
-        self.subscribed: weakref.WeakKeyDictionary[ServerSession, set[str]] = weakref.WeakKeyDictionary()
+        self.levels: weakref.WeakKeyDictionary[Connection, LoggingLevel] = weakref.WeakKeyDictionary()
+        self.subscribed: weakref.WeakKeyDictionary[Connection, set[str]] = weakref.WeakKeyDictionary()
         self._sending: set[asyncio.Task[None]] = set()
         bus.subscribe(self._on_event)
 
     async def set_level(
         self, ctx: ServerRequestContext[Any, Any], params: SetLevelRequestParams
     ) -> EmptyResult:
-        self.levels[ctx.session] = params.level
-        log.info("client_log_level", level=params.level)
+        self.levels[_connection(ctx.session)] = params.level
+        log.info("client_log_level", client_level=params.level)
         return EmptyResult()
 
     async def subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams
     ) -> EmptyResult:
-        uris = self.subscribed.setdefault(ctx.session, set())
+        uris = self.subscribed.setdefault(_connection(ctx.session), set())
         if len(uris) < MAX_SUBSCRIPTIONS_PER_SESSION or str(params.uri) in uris:
             uris.add(str(params.uri))
         else:  # bounded: the oldest stays, the new one is refused in the log, not in memory
@@ -61,22 +70,21 @@ class HandshakeEraMethods:
     async def unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams
     ) -> EmptyResult:
-        self.subscribed.get(ctx.session, set()).discard(str(params.uri))
+        self.subscribed.get(_connection(ctx.session), set()).discard(str(params.uri))
         return EmptyResult()
 
     def _on_event(self, event: ServerEvent) -> None:
         """Called by the bus on the event loop, for every event any `ctx.notify_*` published."""
         if not isinstance(event, ResourceUpdated):
             return
-        for session, uris in list(self.subscribed.items()):
+        for connection, uris in list(self.subscribed.items()):
             if event.uri in uris:
-                task = asyncio.get_running_loop().create_task(self._send(session, event.uri))
+                task = asyncio.get_running_loop().create_task(self._send(connection, event.uri))
                 self._sending.add(task)  # kept until done: the loop holds tasks weakly
                 task.add_done_callback(self._sending.discard)
 
     @staticmethod
-    async def _send(session: ServerSession, uri: str) -> None:
-        try:
-            await session.send_resource_updated(uri)
-        except Exception as exc:  # the session closed meanwhile: nobody is left to tell
-            log.info("resource_update_not_sent", error=type(exc).__name__)
+    async def _send(connection: Connection, uri: str) -> None:
+        """On the connection's standalone stream, as `ServerSession.send_resource_updated` sends it."""
+        params = ResourceUpdatedNotificationParams(uri=uri).model_dump(by_alias=True, mode="json")
+        await connection.notify("notifications/resources/updated", params)  # best effort: never raises

@@ -201,13 +201,28 @@ async def answered(
 
 
 def _classified(exc: Exception, target: str, correlation_id: str) -> Failure:
-    """The category of what the owner's function raised (the SDK wraps it; its cause is the owner's)."""
-    cause = exc.__cause__ if isinstance(exc, UnexpectedResourceError | ValueError) and exc.__cause__ else exc
+    """The category of what the owner's function raised, out of the SDK's wrappers around it."""
+    cause = _owner_exception(exc)
     if isinstance(cause, ValidationError):  # a template parameter or prompt argument of the wrong type
         return Failure("invalid_input", describe_validation_error(cause), cause)
     if isinstance(cause, ResourceError) and not isinstance(cause, UnexpectedResourceError):
         return Failure("terminal", str(cause), cause)  # the SDK's ResourceError, raised on purpose
     return classify(cause, target, correlation_id)
+
+
+def _owner_exception(exc: BaseException) -> BaseException:
+    """`MCPServer.read_resource` raises UnexpectedResourceError from the owner's exception;
+    `get_prompt` raises `ValueError(str(e)) from e`, e being `Prompt.render`'s
+    `ValueError("Error rendering prompt ...")` from the owner's."""
+    if isinstance(exc, UnexpectedResourceError):
+        return exc.__cause__ or exc
+    for _ in range(2):
+        cause = exc.__cause__
+        sdk_wrapper = type(exc) is ValueError and cause is not None
+        if sdk_wrapper and (str(exc) == str(cause) or str(exc).startswith("Error rendering prompt")):
+            assert cause is not None
+            exc = cause
+    return exc
 
 
 def _data(
