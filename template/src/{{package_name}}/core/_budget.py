@@ -1,6 +1,10 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
 """The tools/list budget: every tool costs context-window space on every request.
 
+Resources and prompts cost it too, where a client lists them for the model: their
+resources/list, resources/templates/list and prompts/list bytes count in the same byte
+budget (not in `max_tools`), and each is checked for a description and hidden characters.
+
 Measures the server's tools/list in memory, as the SDK serialises it, and checks it
 against the budget chosen at `copier copy` (the `tool_budget` answer), or against a
 `[tool.<package>.budget]` table (`max_tools`, `max_list_bytes`) the owner adds to the
@@ -21,12 +25,13 @@ import sys
 import tomllib
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import Tool
+from pydantic import BaseModel
 
 from ._errors import FatalError
 from ._project import PACKAGE, SLUG, TOOL_BUDGET, TOOL_LIST_BYTES_BUDGET
@@ -77,6 +82,7 @@ class BudgetReport:
     tools: tuple[ToolCost, ...]
     total_bytes: int
     budget: Budget
+    others: tuple[ToolCost, ...] = ()  # resources, resource templates and prompts
 
     @property
     def over_budget(self) -> list[str]:
@@ -89,7 +95,7 @@ class BudgetReport:
 
     @property
     def problem_count(self) -> int:
-        return sum(len(tool.problems) for tool in self.tools)
+        return sum(len(entry.problems) for entry in (*self.tools, *self.others))
 
     @property
     def ok(self) -> bool:
@@ -98,7 +104,7 @@ class BudgetReport:
     def table(self) -> str:
         """The figures per tool, the totals against the budget, and the verdict."""
         rows = [("tool", "bytes", "~tokens", "outputSchema", "problems")]
-        for tool in self.tools:
+        for tool in (*self.tools, *self.others):
             problems = tool.problems or ("-",)
             rows.append(
                 (tool.name, str(tool.bytes), str(tool.tokens), str(tool.output_schema_bytes), problems[0])
@@ -119,7 +125,7 @@ class BudgetReport:
         bytes_width = max(len(row[1]) for row in rows)
         verdict = self.over_budget
         if self.problem_count:
-            verdict.append(f"{self.problem_count} problem(s) in the tools above")
+            verdict.append(f"{self.problem_count} problem(s) in the entries above")
         return "\n".join(
             [
                 f"tools/list budget of {SLUG} ({self.budget.source})",
@@ -165,7 +171,49 @@ def measure_tools(tools: Sequence[Tool], budget: Budget) -> BudgetReport:
 
 
 async def measure(server: MCPServer[Any], budget: Budget | None = None) -> BudgetReport:
-    return measure_tools(await server.list_tools(), budget or load_budget())
+    """The tools, then the resources, resource templates and prompts, as their lists send them."""
+    report = measure_tools(await server.list_tools(), budget or load_budget())
+    lists = {
+        "resources": [_wire(item) for item in await server.list_resources()],
+        "resourceTemplates": [_wire(item) for item in await server.list_resource_templates()],
+        "prompts": [_wire(item) for item in await server.list_prompts()],
+    }
+    kinds = {"resources": "resource", "resourceTemplates": "template", "prompts": "prompt"}
+    others = tuple(
+        ToolCost(f"{kinds[key]} {visible(_label(wire))}", _size(wire), tuple(listed_problems(wire)))
+        for key, wires in lists.items()
+        for wire in wires
+    )
+    extra = sum(_size({key: wires}) for key, wires in lists.items() if wires)
+    return replace(report, others=others, total_bytes=report.total_bytes + extra)
+
+
+def _wire(item: BaseModel) -> dict[str, Any]:
+    wire: dict[str, Any] = item.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return wire
+
+
+def _label(wire: Mapping[str, Any]) -> str:
+    return str(wire.get("uri") or wire.get("uriTemplate") or wire.get("name"))
+
+
+def listed_problems(wire: Mapping[str, Any]) -> list[str]:
+    """What makes a resource or prompt hard or unsafe for a model to use."""
+    problems = []
+    if not str(wire.get("description") or "").strip():
+        problems.append("no description: the docstring is what the model reads")
+    for argument in wire.get("arguments") or []:
+        if not str(argument.get("description") or "").strip():
+            problems.append(f"argument {visible(str(argument.get('name')))!r} has no description")
+    for key in ("name", "title", "description", "uri", "uriTemplate"):
+        if isinstance(wire.get(key), str):
+            problems += [f"{key} {finding}" for finding in hidden_characters(wire[key], key != "description")]
+    for argument in wire.get("arguments") or []:
+        for key in ("name", "description"):
+            if isinstance(argument.get(key), str):
+                found = hidden_characters(argument[key], key == "name")
+                problems += [f"argument {key} {finding}" for finding in found]
+    return problems
 
 
 def tool_problems(wire: Mapping[str, Any]) -> list[str]:
