@@ -24,8 +24,8 @@ def python_blocks(readme: str) -> list[str]:
     return PYTHON_BLOCK.findall(readme)
 
 
-def add_a_tool_snippet(readme: str) -> str:
-    section = readme.split("\n## Add a tool\n", 1)[1].split("\n## ", 1)[0]
+def section_snippet(readme: str, heading: str) -> str:
+    section = readme.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     (snippet,) = python_blocks(section)
     return snippet
 
@@ -50,12 +50,13 @@ def test_the_readme_examples_have_tools_with_names_no_core_test_declares() -> No
 
 
 @pytest.mark.generated
-def test_the_add_a_tool_snippet_passes_ruff_and_mypy_in_a_tools_module(
-    project_env: Callable[[str], ProjectEnv], tmp_path: Path
+@pytest.mark.parametrize("heading", ["Add a tool", "Add a resource, a prompt, a completion"])
+def test_the_readme_snippets_pass_ruff_and_mypy_in_a_tools_module(
+    project_env: Callable[[str], ProjectEnv], tmp_path: Path, heading: str
 ) -> None:
     env = project_env(ENTRY)
     package = answers(**MATRIX[ENTRY])["package_name"]
-    snippet = add_a_tool_snippet((env.project / "README.md").read_text(encoding="utf-8"))
+    snippet = section_snippet((env.project / "README.md").read_text(encoding="utf-8"), heading)
     # A copy: the rendered project is shared by other tests, which import every module in tools/.
     project = tmp_path / "project"
     shutil.copytree(env.project, project, ignore=shutil.ignore_patterns(".venv", ".git", ".mypy_cache"))
