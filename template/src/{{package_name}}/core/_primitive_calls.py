@@ -95,10 +95,7 @@ def register(server: MCPServer[Any], primitives: Primitives) -> dict[str, Prompt
                 return Completion(values=[], has_more=False)
             filled = dict(context.arguments or {}) if context is not None else {}
             return await answered(
-                "completion/complete",
-                target,
-                functools.partial(_completed, chosen, argument, filled),
-                known=lambda: completers,
+                "completion/complete", target, functools.partial(_completed, chosen, argument, filled)
             )
 
         server.completion()(complete)  # type: ignore[no-untyped-call]  # the SDK's decorator is untyped
@@ -140,16 +137,13 @@ def prompt_problem(spec: Prompt, arguments: Mapping[str, Any] | None, *, strict:
     return "; ".join(problems) or None
 
 
-def unknown(kind: str, name: str, declared: Iterable[str]) -> MCPError:
-    """`-32602` for a name or URI this server does not have, with the closest declared one."""
+def unknown_message(kind: str, name: str, declared: Iterable[str]) -> str:
+    """What a name or URI this server does not have is answered, with the closest declared one."""
     names = sorted(declared)
     close = difflib.get_close_matches(name[:64], names, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
     listed = ", ".join(names[:_SHOWN_NAMES]) + (", ..." if len(names) > _SHOWN_NAMES else "")
-    return MCPError(
-        code=INVALID_PARAMS,
-        message=shown(f"no {kind} {name[:_TARGET_IN_LOG]!r}; {hint}declared: {listed or 'none'}"),
-    )
+    return f"no {kind} {name[:_TARGET_IN_LOG]!r}; {hint}declared: {listed or 'none'}"
 
 
 async def answered(
@@ -157,12 +151,14 @@ async def answered(
     target: str,
     run: Callable[[], Awaitable[T]],
     *,
-    known: Callable[[], Iterable[str]],
     uri: str | None = None,
+    known_uris: Iterable[str] = (),
+    on_fatal: Callable[[], None] | None = None,
 ) -> T:
     """Run one read, get or completion; a failure becomes a JSON-RPC error the client can act on.
 
-    `known` names what the server has, for the answer to an unknown name or URI.
+    `known_uris` name the resources, for the answer to an unknown URI; `on_fatal` stops the
+    server after this answer, as a tool's `FatalError` does.
     """
     started = time.perf_counter()
     correlation_id = f"{random.getrandbits(64):016x}"
@@ -172,16 +168,12 @@ async def answered(
     except MCPError as exc:  # the owner's on purpose, or the SDK's own answer: sent unchanged
         _line(method, logged, correlation_id, "protocol_error", None, started, code=exc.error.code)
         raise
-    except ResourceNotFoundError:
-        _line(method, logged, correlation_id, "error", "invalid_input", started)
-        error = unknown("resource", target, known())
-        raise MCPError(
-            code=INVALID_PARAMS,
-            message=error.error.message + "; resources/templates/list shows the URI templates",
-            data=_data("invalid_input", correlation_id, uri),
-        ) from None
     except Exception as exc:
-        failure = _classified(exc, target, correlation_id)
+        if isinstance(exc, ResourceNotFoundError):
+            hint = "; resources/templates/list shows the URI templates"
+            failure = Failure.refusal("invalid_input", unknown_message("resource", target, known_uris) + hint)
+        else:
+            failure = _classified(exc, target, correlation_id)
         _line(method, logged, correlation_id, "error", failure.category, started)
         if failure.category in ("internal", "fatal"):
             log.error(
@@ -190,6 +182,8 @@ async def answered(
                 correlation_id=correlation_id,
                 exc_info=exc,
             )
+        if failure.category == "fatal" and on_fatal is not None:
+            on_fatal()
         code = INVALID_PARAMS if failure.category == "invalid_input" else INTERNAL_ERROR
         raise MCPError(
             code=code,

@@ -43,7 +43,6 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import _convert_to_content
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
-    INVALID_PARAMS,
     CallToolResult,
     GetPromptResult,
     InputRequiredResult,
@@ -57,15 +56,14 @@ from ._call_line import time_tool_calls, write_call_line
 from ._callers import caller, forbidden_message, missing_scopes
 from ._discovery import Primitives
 from ._entrypoints import entrypoint
-from ._errors import FatalError, TransientError
+from ._errors import FatalError, ToolInputError, TransientError
 from ._fatal_exit import FatalExit
 from ._handshake_era import HandshakeEraMethods
 from ._health import CallStats, HealthCheck
 from ._idempotency import KEY_ARGUMENT, StoreHandle, fingerprint
 from ._idempotent_call import run_once
 from ._logs import get_logger
-from ._outcomes import shown
-from ._primitive_calls import answered, prompt_problem, register, unknown
+from ._primitive_calls import answered, prompt_problem, register, unknown_message
 from ._progress import progress_requested, with_heartbeat
 from ._rate_limits import CallLimits
 from ._redaction import redact_text
@@ -287,22 +285,37 @@ class ResilientServer(MCPServer[Any]):
         self, uri: Any, context: Context[Any, Any] | None = None
     ) -> Iterable[ReadResourceContents] | InputRequiredResult:
         """A resource read through the core: categorised failures, an unknown URI as -32602."""
-        known = [spec.uri for spec in self.primitives.resources]
         read = functools.partial(MCPServer.read_resource, self, uri, context)
-        return await answered("resources/read", str(uri), read, known=lambda: known, uri=str(uri))
+        known = [spec.uri for spec in self.primitives.resources]
+        fatal = self._fatal_after(context)
+        return await answered(
+            "resources/read", str(uri), read, uri=str(uri), known_uris=known, on_fatal=fatal
+        )
 
     async def get_prompt(
         self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
     ) -> GetPromptResult | InputRequiredResult:
-        """A prompt through the core: its arguments checked first, its failures categorised."""
-        prompt = self.prompts.get(name)
-        if prompt is None:
-            raise unknown("prompt", name, [spec.name for spec in self.primitives.prompts])
-        problem = prompt_problem(prompt, arguments, strict=self.strict)
-        if problem is not None:
-            raise MCPError(code=INVALID_PARAMS, message=f"invalid_input: {shown(problem)}")
-        get = functools.partial(MCPServer.get_prompt, self, name, arguments, context)
-        return await answered("prompts/get", name, get, known=lambda: [])
+        """A prompt through the core: its name and arguments checked first, its failures categorised."""
+
+        async def checked_then_rendered() -> GetPromptResult | InputRequiredResult:
+            prompt = self.prompts.get(name)
+            if prompt is None:
+                raise ToolInputError(unknown_message("prompt", name, self.prompts))
+            problem = prompt_problem(prompt, arguments, strict=self.strict)
+            if problem is not None:
+                raise ToolInputError(problem)
+            return await MCPServer.get_prompt(self, name, arguments, context)
+
+        return await answered("prompts/get", name, checked_then_rendered, on_fatal=self._fatal_after(context))
+
+    def _fatal_after(self, context: Context[Any, Any] | None) -> Callable[[], None]:
+        """Stop the server once this request is answered (armed only while serving a transport)."""
+
+        def arm() -> None:
+            if self.fatal_exit is not None:
+                self.fatal_exit.arm(context.request_id if context is not None else None)
+
+        return arm
 
     def _serve_handshake_era_methods(self) -> None:
         """`logging/setLevel` always; `resources/subscribe` when there are resources to follow.
