@@ -88,6 +88,7 @@ def test_compose_file_has_the_services_of_its_backend(rendered_project: Rendered
         for replica in replicas:
             assert replica["build"] == "."
             assert replica["environment"][f"{prefix}HTTP_STATELESS"] == "true"
+            assert ":?" in replica["environment"][f"{prefix}REQUEST_STATE_KEYS"], "one shared key, given"
             assert "@postgres:5432/" in replica["environment"][f"{prefix}DATABASE_URL"]
             assert replica["depends_on"]["postgres"]["condition"] == "service_healthy"
         assert replicas[0]["environment"] == replicas[1]["environment"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from ._cache_hints import cache_hints
 from ._discovery import discover_primitives, discover_resources, discover_tools
 from ._errors import FatalError
 from ._health import CallStats, CheckResult, HealthCheck, make_health_tool
@@ -12,6 +13,7 @@ from ._idempotency import StoreHandle, create_store
 from ._logs import configure_logging, get_logger
 from ._project import DISPLAY_NAME, ENV_PREFIX, SLUG, STRICT_ARGUMENTS, installed_version
 from ._redaction import configure_redaction
+from ._request_state import request_state_security
 from ._resources import Resources
 from ._running import MAX_ABANDONED_THREADS, abandoned_threads
 from ._server import ResilientServer
@@ -94,6 +96,8 @@ def create_server(
         primitives=primitives,
         lifespan=resources.sdk_lifespan,
         strict=STRICT_ARGUMENTS if strict is None else strict,
+        request_state_security=request_state_security(settings),
+        cache_hints=cache_hints(settings),
     )
 
 

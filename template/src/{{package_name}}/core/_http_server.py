@@ -32,6 +32,7 @@ from ._logs import get_logger
 from ._oauth import oauth_verifier
 from ._probes import add_probes
 from ._readiness import Readiness
+from ._request_state import check_shared_request_state
 from ._sessions import bound_sessions
 from ._settings import CoreSettings
 from ._startup import exit_fatal
@@ -94,6 +95,7 @@ def check_http_settings(server: ResilientServer, host: str, port: int) -> None:
     settings = server.app_settings
     try:
         check_exposure(settings, host)
+        check_shared_request_state(settings)
         check_bind(host, port)
         auth = auth_for(settings, host, port)
     except FatalError as exc:

@@ -14,6 +14,8 @@ from ._project import ENV_PREFIX, SLUG
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 AuthMode = Literal["none", "bearer", "oauth"]
+CacheScope = Literal["private", "public"]
+MAKE_A_REQUEST_STATE_KEY = '`python -c "import secrets; print(secrets.token_urlsafe(48))"`'
 # Comma-separated in the environment ("a,b"), not JSON.
 CommaList = Annotated[list[str], NoDecode]
 
@@ -90,6 +92,14 @@ class CoreSettings(BaseSettings):
     http_read_timeout_s: float = Field(
         30.0, gt=0, description="a request's headers and body must arrive within this"
     )
+    request_state_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="secrets sealing MRTR requestState (32+ bytes each; the first seals, all unseal)",
+    )
+    list_ttl_ms: int = Field(60_000, ge=0, description="2026-07-28: how long list results stay fresh")
+    cache_scope: CacheScope = Field(
+        "private", description="2026-07-28: list results cached per caller or shared"
+    )
 
     # Which tools this deployment declares (health_check always), and what else stays secret.
     read_only: bool = Field(False, description="declare only read_only tools (and health_check)")
@@ -133,9 +143,26 @@ class CoreSettings(BaseSettings):
             raise ValueError("a bearer token needs 32+ characters; make one with `openssl rand -hex 32`")
         return value
 
-    @field_validator("auth", mode="before")
+    @field_validator("request_state_keys", mode="before")
     @classmethod
-    def _lowercase_auth(cls, value: object) -> object:
+    def _split_keys(cls, value: object) -> object:
+        return cls._split_commas(value)
+
+    @field_validator("request_state_keys", mode="after")
+    @classmethod
+    def _keys_long_enough(cls, keys: list[SecretStr]) -> list[SecretStr]:
+        for position, key in enumerate(keys, start=1):
+            if len(key.get_secret_value().encode()) < 32:
+                raise ValueError(
+                    f"key {position} is shorter than 32 bytes; make one with {MAKE_A_REQUEST_STATE_KEY}"
+                )
+        if len({key.get_secret_value() for key in keys}) < len(keys):
+            raise ValueError("a key is listed twice; each key must be a different secret")
+        return keys
+
+    @field_validator("auth", "cache_scope", mode="before")
+    @classmethod
+    def _lowercase_choice(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("log_level", mode="before")

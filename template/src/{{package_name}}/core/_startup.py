@@ -7,9 +7,9 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Literal, NoReturn, get_origin
+from typing import Literal, NoReturn, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 
 from ._errors import FatalError
@@ -38,13 +38,19 @@ def _holds_no_secret(field: FieldInfo | None) -> bool:
     return get_origin(annotation) is Literal or annotation in (int, float, bool)
 
 
+def _typed_secret(annotation: object) -> bool:
+    """`SecretStr` anywhere in the type (`REQUEST_STATE_KEYS`: `list[SecretStr]`), whatever the name."""
+    return annotation is SecretStr or any(_typed_secret(arg) for arg in get_args(annotation))
+
+
 def _settings_error(exc: ValidationError, settings: type[CoreSettings]) -> FatalError:
     problems = []
     for error in exc.errors():
         variable = ENV_PREFIX + "_".join(str(part) for part in error["loc"]).upper()
         field = settings.model_fields.get(str(error["loc"][0])) if error["loc"] else None
         # A secret (a short bearer token, a DSN's password) is named, never shown.
-        secret = is_secret_name(variable.lower()) and not _holds_no_secret(field)
+        named_secret = is_secret_name(variable.lower()) and not _holds_no_secret(field)
+        secret = named_secret or (field is not None and _typed_secret(field.annotation))
         value = "[redacted]" if secret else repr(error["input"])
         if len(value) > _MAX_VALUE_CHARS:
             value = value[: _MAX_VALUE_CHARS - 3] + "..."

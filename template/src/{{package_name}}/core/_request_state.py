@@ -1,0 +1,28 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
+"""Sealing MRTR `requestState` with shared keys, so a confirmation begun on one replica ends on another."""
+
+from __future__ import annotations
+
+from mcp.server.mcpserver import RequestStateSecurity
+
+from ._errors import FatalError
+from ._project import ENV_PREFIX
+from ._settings import MAKE_A_REQUEST_STATE_KEY, CoreSettings
+
+
+def request_state_security(settings: CoreSettings) -> RequestStateSecurity | None:
+    """The shared key ring from `REQUEST_STATE_KEYS`; None leaves the SDK's key of this process alone."""
+    if not settings.request_state_keys:
+        return None
+    return RequestStateSecurity(keys=[key.get_secret_value() for key in settings.request_state_keys])
+
+
+def check_shared_request_state(settings: CoreSettings) -> None:
+    """Stateless replicas must share keys: each one's own key refuses the state another sealed."""
+    if settings.http_stateless and not settings.request_state_keys:
+        raise FatalError(
+            f"{ENV_PREFIX}HTTP_STATELESS=true needs {ENV_PREFIX}REQUEST_STATE_KEYS, or a confirmation "
+            "begun on one replica is refused by the next",
+            f"set {ENV_PREFIX}REQUEST_STATE_KEYS to the same secret on every replica; "
+            f"make one with {MAKE_A_REQUEST_STATE_KEY}",
+        )
