@@ -93,6 +93,9 @@ def install_suite(directory: Path) -> tuple[Path, Path]:
 def expected_failures() -> dict[tuple[str, str], dict[str, str]]:
     """(requirement set, mode) -> {scenario: why it cannot pass}, from expected-failures.yml."""
     data = yaml.safe_load(EXPECTED.read_text(encoding="utf-8")) or {}
+    unknown = [str(key) for key in data if key not in REQUIREMENT_SETS]
+    if unknown:  # an unquoted 2025-11-25 is a YAML date, not this string
+        sys.exit(f"{EXPECTED}: {unknown} are not requirement sets {REQUIREMENT_SETS}: quote them")
     expected: dict[tuple[str, str], dict[str, str]] = {}
     for requirement_set in REQUIREMENT_SETS:
         modes = data.get(requirement_set) or {}
