@@ -2,10 +2,11 @@
 """The 2025-11-25 methods MCPServer leaves unserved: `logging/setLevel` and `resources/subscribe`.
 
 2026-07-28 replaced both (a per-request log level in `_meta`, which the SDK honours, and
-`subscriptions/listen`, which it serves). For clients of the handshake era the core keeps,
-per session, the level it asked for and the URIs it follows. An owner announces a change
-once, with `ctx.notify_resource_updated(uri)`: the SDK's subscription bus carries it to
-`subscriptions/listen` streams, and the listener here sends
+`subscriptions/listen`, which it serves). For clients of the handshake era the core accepts
+and logs the level asked for (the SDK sends a handler's `ctx.log` lines unfiltered in that
+era, with no hook to filter them), and keeps per connection the URIs followed. An owner
+announces a change once, with `ctx.notify_resource_updated(uri)`: the SDK's subscription bus
+carries it to `subscriptions/listen` streams, and the listener here sends
 `notifications/resources/updated` to each handshake-era session that subscribed to the URI.
 """
 
@@ -21,7 +22,6 @@ from mcp.server.session import ServerSession
 from mcp.server.subscriptions import ResourceUpdated, ServerEvent, SubscriptionBus
 from mcp.types import (
     EmptyResult,
-    LoggingLevel,
     ResourceUpdatedNotificationParams,
     SetLevelRequestParams,
     SubscribeRequestParams,
@@ -42,10 +42,9 @@ def _connection(session: ServerSession) -> Connection:
 
 
 class HandshakeEraMethods:
-    """Per-connection log levels and resource subscriptions, gone with their connections."""
+    """Per-connection resource subscriptions, gone with their connections."""
 
     def __init__(self, bus: SubscriptionBus) -> None:
-        self.levels: weakref.WeakKeyDictionary[Connection, LoggingLevel] = weakref.WeakKeyDictionary()
         self.subscribed: weakref.WeakKeyDictionary[Connection, set[str]] = weakref.WeakKeyDictionary()
         self._sending: set[asyncio.Task[None]] = set()
         bus.subscribe(self._on_event)
@@ -53,7 +52,6 @@ class HandshakeEraMethods:
     async def set_level(
         self, ctx: ServerRequestContext[Any, Any], params: SetLevelRequestParams
     ) -> EmptyResult:
-        self.levels[_connection(ctx.session)] = params.level
         log.info("client_log_level", client_level=params.level)
         return EmptyResult()
 
