@@ -30,7 +30,7 @@ class HealthReport(BaseModel):
     checks: dict[str, CheckResult] = Field(description="one entry per dependency")
     calls: int = Field(description="tool calls answered since start")
     errors: dict[str, int] = Field(description="failed calls by category")
-    in_flight: int = Field(description="tool calls running now, this one included")
+    in_flight: int = Field(description="tool calls running now, besides this one")
     keys_in_doubt: int | None = Field(description="idempotency keys whose outcome is unknown (null: unknown)")
 
 
@@ -92,7 +92,7 @@ def make_health_tool(
             checks=results,
             calls=stats.calls,
             errors=dict(stats.errors),
-            in_flight=stats.in_flight,
+            in_flight=max(0, stats.in_flight - 1),  # the core counts this call too: not news to a caller
             keys_in_doubt=in_doubt,
         )
 

@@ -7,7 +7,8 @@ without parsing. The gate sits inside the SDK's auth middleware, where the calle
 and asks the same limits the core enforces, without taking anything: the core takes the
 call's share when it runs the call. A 2025-11-25 request carries no such headers; it reaches
 the core, which answers `rate_limited` in the tool result, as it does for a call that passed
-the gate but lost a race for the last slot.
+the gate but lost a race for the last slot. With `AUTH=oauth` the gate first asks the scope
+step-up check (`_scope_step_up`): a call the token may not make gets 403, not 429.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._callers import caller
 from ._rate_limits import CallLimits
+from ._scope_step_up import ScopeStepUp
 from ._tool import ToolSpec
 
 # The JSON-RPC code for "rate limited" that SEP-3304 proposes (open); the result says the rest.
@@ -31,12 +33,23 @@ RATE_LIMITED_CODE = -32023
 
 
 class RateLimitGate:
-    """ASGI middleware around the /mcp route: a `tools/call` POST over a limit gets 429 at once."""
+    """ASGI middleware around the /mcp route: a `tools/call` POST over a limit gets 429 at once.
 
-    def __init__(self, app: ASGIApp, *, limits: CallLimits, tools: Callable[[str], ToolSpec | None]) -> None:
+    One needing a scope the token lacks gets the step-up 403 first, as the core checks scopes first.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limits: CallLimits,
+        tools: Callable[[str], ToolSpec | None],
+        step_up: ScopeStepUp | None = None,
+    ) -> None:
         self.app = app
         self.limits = limits
         self.tools = tools
+        self.step_up = step_up
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         user = scope.get("user")  # set by the auth middleware when auth is on
@@ -45,6 +58,8 @@ class RateLimitGate:
             headers = Headers(scope=scope)
             if headers.get(MCP_METHOD_HEADER) == "tools/call":
                 name = decode_header_value(headers.get(MCP_NAME_HEADER))
+                if name is not None and self.step_up is not None and await self.step_up.refused(name, send):
+                    return
                 spec = self.tools(name) if name is not None else None
                 refused = self.limits.refusal(spec, caller()) if spec is not None else None
                 if refused is not None:
@@ -75,7 +90,12 @@ async def _too_many_requests(send: Send, message: str, retry_after_s: float) -> 
 
 
 def gate_tool_calls(
-    app: Starlette, *, path: str, limits: CallLimits, tools: Callable[[str], ToolSpec | None]
+    app: Starlette,
+    *,
+    path: str,
+    limits: CallLimits,
+    tools: Callable[[str], ToolSpec | None],
+    step_up: ScopeStepUp | None = None,
 ) -> None:
     """Wrap the route of `path` in the gate: inside the SDK's auth middleware, which names the caller.
 
@@ -83,6 +103,6 @@ def gate_tool_calls(
     """
     for route in app.routes:
         if isinstance(route, Route) and route.path == path:
-            route.app = RateLimitGate(route.app, limits=limits, tools=tools)
+            route.app = RateLimitGate(route.app, limits=limits, tools=tools, step_up=step_up)
             return
     raise LookupError(f"the SDK's HTTP app has no route {path}")  # the SDK changed: fail loudly

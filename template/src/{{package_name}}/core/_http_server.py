@@ -33,6 +33,7 @@ from ._oauth import oauth_verifier
 from ._probes import add_probes
 from ._readiness import Readiness
 from ._request_state import check_shared_request_state
+from ._scope_step_up import scope_step_up
 from ._sessions import bound_sessions
 from ._settings import CoreSettings
 from ._startup import exit_fatal
@@ -132,7 +133,9 @@ def build_app(server: ResilientServer, host: str, is_draining: Callable[[], bool
             idle_s=settings.session_idle_timeout_s,
         )
     count_members_after_auth(app, MCP_PATH, settings.max_request_bytes)
-    gate_tool_calls(app, path=MCP_PATH, limits=server.limits, tools=server.limited_spec)
+    gate_tool_calls(
+        app, path=MCP_PATH, limits=server.limits, tools=server.limited_spec, step_up=scope_step_up(server)
+    )
     return BodyReadTimeout(readiness.around(app), settings.http_read_timeout_s)
 
 

@@ -3,8 +3,15 @@
 
 Clients and proxies close a request that stays silent too long. When a call carries a
 `progressToken`, the core sends `notifications/progress` every PROGRESS_INTERVAL_S in
-which the tool itself sent none. A heartbeat repeats the tool's last progress value and
-total (0 before the tool sent any), so it never moves the client's progress backwards.
+which the tool itself sent none.
+
+The spec says a token's `progress` MUST increase with each notification, so every value sent,
+the tool's own and the heartbeats', goes through one rule: never past the tool's `total`, and
+above the last value sent. A heartbeat adds a millionth of the value (at least 1e-6), at most
+half the way to the total: invisible in a progress bar, so the tool's next real step still reads
+as a step. A tool's own report that would not increase (a repeat, a step back) is sent just
+above the last value instead, so its message still arrives; with no room left below the total
+(the tool reported its total already), nothing is sent.
 """
 
 from __future__ import annotations
@@ -15,24 +22,58 @@ from typing import Any, TypeVar
 
 import anyio
 from mcp.server.mcpserver import Context
+from pydantic import PrivateAttr
 
 from ._logs import get_logger
 
 log = get_logger(__name__)
 T = TypeVar("T")
+_STEP = 1e-6  # a heartbeat's step, relative to the value (at least this much)
+
+
+def next_progress(last: float, total: float | None) -> float | None:
+    """The value a heartbeat sends after `last`: above it and below `total`; None when there is no room."""
+    step = _STEP * max(1.0, abs(last))
+    if total is not None:
+        step = min(step, (total - last) / 2)
+    value = last + step
+    if value <= last or (total is not None and value >= total):  # float precision, or at the total
+        return None
+    return value
 
 
 class _TrackedContext(Context[Any, Any]):
-    """The SDK's Context for one call, noting the tool's own progress for the heartbeat."""
+    """The SDK's Context for one call: its progress values strictly increase, heartbeats included."""
 
-    _progress: float = 0.0
+    _sent: float | None = None  # the last progress value sent for this token
     _total: float | None = None
     _last_sent: float = -math.inf
+    _sending: anyio.Lock = PrivateAttr(default_factory=anyio.Lock)  # one value decided and sent at a time
 
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
-        self._progress, self._total, self._last_sent = progress, total, anyio.current_time()
+        async with self._sending:
+            if total is not None:
+                progress = min(progress, total)
+            if self._sent is not None and progress <= self._sent:
+                bumped = next_progress(self._sent, total)
+                if bumped is None:
+                    return  # at the total already: a value above it would break the spec
+                progress = bumped
+            await self._send(progress, total, message)
+
+    async def _heartbeat(self, message: str) -> bool:
+        """Send the next heartbeat value; False when there is no room below the total."""
+        async with self._sending:
+            progress = 0.0 if self._sent is None else next_progress(self._sent, self._total)
+            if progress is None:
+                return False
+            await self._send(progress, self._total, message)
+            return True
+
+    async def _send(self, progress: float, total: float | None, message: str | None) -> None:
+        self._sent, self._total, self._last_sent = progress, total, anyio.current_time()
         await super().report_progress(progress, total, message)
 
     async def beat(self, interval_s: float) -> None:
@@ -44,12 +85,12 @@ class _TrackedContext(Context[Any, Any]):
             if now - self._last_sent < interval_s:
                 continue  # the tool sent progress meanwhile: wait a full interval from there
             try:
-                await self.report_progress(
-                    self._progress, self._total, f"still running after {now - started:.0f} s"
-                )
+                sent = await self._heartbeat(f"still running after {now - started:.0f} s")
             except Exception:  # the client went away: the call ends on its own
                 log.debug("progress_heartbeat_failed", exc_info=True)
                 return
+            if not sent:  # the tool reported its total: nothing may follow, look again later
+                await anyio.sleep(interval_s)
 
 
 def progress_requested(context: Context[Any, Any] | None) -> bool:

@@ -134,7 +134,8 @@ def tool(
             looks at the outside system and answers "done", "not_done" or "unknown" for a
             call whose outcome is in doubt; a retry of that key then settles itself.
         scopes: OAuth scopes a caller needs for this tool (HTTP with AUTH=oauth); a token
-            without one gets a `forbidden` result naming it.
+            without one gets HTTP 403 `insufficient_scope` naming it (2026-07-28: the client
+            can step up) or a `forbidden` result naming it (2025-11-25).
         max_result_bytes: the largest result of this tool (default: the MAX_RESULT_BYTES
             setting); longer text is cut, larger structured content is `too_large`.
         rate_limit: calls per minute each caller may make to this tool (a token bucket,
