@@ -13,7 +13,6 @@ step-up check (`_scope_step_up`): a call the token may not make gets 403, not 42
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 
@@ -23,6 +22,7 @@ from starlette.datastructures import Headers
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ._asgi_json import send_json
 from ._callers import caller
 from ._rate_limits import CallLimits
 from ._scope_step_up import ScopeStepUp
@@ -74,19 +74,8 @@ async def _too_many_requests(send: Send, message: str, retry_after_s: float) -> 
         "message": f"rate_limited: {message}",
         "data": {"category": "rate_limited", "retryable": True, "retry_after_s": round(retry_after_s, 3)},
     }
-    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 429,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"retry-after", str(max(1, math.ceil(retry_after_s))).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    retry_after = (b"retry-after", str(max(1, math.ceil(retry_after_s))).encode())
+    await send_json(send, 429, {"jsonrpc": "2.0", "id": None, "error": error}, [retry_after])
 
 
 def gate_tool_calls(

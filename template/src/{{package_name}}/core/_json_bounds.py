@@ -12,12 +12,11 @@ stays `MAX_REQUEST_BYTES`' job. benchmarks/REQUEST_BOUNDS.md has the figures.
 
 from __future__ import annotations
 
-import json
-
 from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ._asgi_json import send_json
 from ._logs import get_logger
 
 log = get_logger(__name__)
@@ -117,8 +116,5 @@ def _replay(chunks: list[bytes], then: Message | None, receive: Receive, *, more
 
 
 async def _send_invalid_request(send: Send, message: str) -> None:
-    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}})
-    encoded = body.encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(encoded)).encode())]
-    await send({"type": "http.response.start", "status": 400, "headers": headers})
-    await send({"type": "http.response.body", "body": encoded})
+    error = {"code": INVALID_REQUEST, "message": message}
+    await send_json(send, 400, {"jsonrpc": "2.0", "id": None, "error": error})

@@ -16,13 +16,13 @@ every client shows, whether it can step up or not.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from mcp.server.auth.routes import build_resource_metadata_url
 from starlette.types import Send
 
+from ._asgi_json import send_json
 from ._callers import missing_scopes
 from ._tool import ToolSpec
 
@@ -62,19 +62,8 @@ class ScopeStepUp:
         if self.resource_metadata_url is not None:
             challenge += f', resource_metadata="{self.resource_metadata_url}"'
         challenge += f', error_description="{description}"'
-        body = json.dumps({"error": "insufficient_scope", "error_description": description}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 403,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", challenge.encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        body = {"error": "insufficient_scope", "error_description": description}
+        await send_json(send, 403, body, [(b"www-authenticate", challenge.encode())])
         return True
 
 

@@ -114,7 +114,9 @@ class CoreSettings(BaseSettings):
         default_factory=list, description="more regexes whose matches are redacted (write a comma as \\x2c)"
     )
 
-    @field_validator("tools_allow", "tools_deny", "redact_keys", "redact_patterns", mode="before")
+    @field_validator(
+        "tools_allow", "tools_deny", "redact_keys", "redact_patterns", "request_state_keys", mode="before"
+    )
     @classmethod
     def _split_owner_lists(cls, value: object) -> object:
         return cls._split_commas(value)
@@ -142,11 +144,6 @@ class CoreSettings(BaseSettings):
         if value is not None and len(value.get_secret_value()) < 32:
             raise ValueError("a bearer token needs 32+ characters; make one with `openssl rand -hex 32`")
         return value
-
-    @field_validator("request_state_keys", mode="before")
-    @classmethod
-    def _split_keys(cls, value: object) -> object:
-        return cls._split_commas(value)
 
     @field_validator("request_state_keys", mode="after")
     @classmethod
