@@ -304,7 +304,11 @@ class ResilientServer(MCPServer[Any]):
             problem = prompt_problem(prompt, arguments, strict=self.strict)
             if problem is not None:
                 raise ToolInputError(problem)
-            return await MCPServer.get_prompt(self, name, arguments, context)
+            given = arguments or {}
+            if not self.strict:  # lenient, as for tools: an argument the prompt does not take is dropped
+                declared = {argument.name for argument in prompt.arguments or ()}
+                given = {key: value for key, value in given.items() if key in declared}
+            return await MCPServer.get_prompt(self, name, given, context)
 
         return await answered("prompts/get", name, checked_then_rendered, on_fatal=self._fatal_after(context))
 
