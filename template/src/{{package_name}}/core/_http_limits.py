@@ -51,6 +51,12 @@ def bounded_h11(read_timeout_s: float, max_connections: int) -> type[H11Protocol
             if self._deadline is None and self._between_requests():
                 self._arm()  # a new request begins on a kept-alive connection
             super().data_received(data)
+            if self._deadline is not None and not self._between_requests():
+                # Its headers are in: the body has its own limit (BodyReadTimeout), and the
+                # idle time after the answer is uvicorn's keep-alive timeout. A timer left
+                # running would cut a busy kept-alive connection between two requests.
+                self._deadline.cancel()
+                self._deadline = None
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._deadline is not None:
