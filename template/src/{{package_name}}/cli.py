@@ -67,7 +67,10 @@ def run_delegated(command: str, argv: list[str]) -> int:
 
 def serve(transport: str, host: str, port: int) -> int:
     with no_collection_until_serving():
+        from .core._stderr_writer import protect_stderr
         from .core._stdio_guard import claim_stdio
+
+        protect_stderr()  # a host that never reads stderr must not stall the server
 
         in_terminal = transport == "stdio" and os.isatty(0)
         # First, before any import of the owner's code can print: stdout is the wire.

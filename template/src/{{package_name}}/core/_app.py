@@ -19,6 +19,7 @@ from ._running import MAX_ABANDONED_THREADS, abandoned_threads
 from ._server import ResilientServer
 from ._settings import CoreSettings
 from ._startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
+from ._stderr_writer import dropped_lines
 from ._tool_filter import declared_tools
 
 log = get_logger(__name__)
@@ -61,6 +62,13 @@ def create_server(
             status="degraded", detail=f"{detail} (new ones refused at {MAX_ABANDONED_THREADS})"
         )
 
+    async def log_stream_check() -> CheckResult:
+        dropped = dropped_lines()
+        if dropped:  # degraded, not failing: the server serves on, only its log has gaps
+            detail = f"{dropped} log lines dropped: nothing reads this server's stderr fast enough"
+            return CheckResult(status="degraded", detail=detail)
+        return CheckResult(status="ok", detail="every log line written")
+
     async def store_check() -> CheckResult:
         status, detail = await (await store.get()).check()
         return CheckResult(status=status, detail=detail)
@@ -72,6 +80,7 @@ def create_server(
         "data_dir": data_dir_check,
         "idempotency_store": store_check,
         "worker_threads": threads_check,
+        "log_stream": log_stream_check,
     }
     resources = Resources(*discover_resources(tools_package))
     for name, check in resources.health_checks().items():
