@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -28,21 +29,17 @@ def discover_tools(package: ModuleType) -> list[ToolSpec]:
     """
     specs: list[ToolSpec] = []
     origin: dict[str, str] = {}
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        module_name = f"{package.__name__}.{info.name}"
-        module = _import(module_name)
-        for value in vars(module).values():
-            spec = spec_of(value)
-            # A tool imported from another module is served where it is defined.
-            if spec is None or getattr(spec.fn, "__module__", None) != module_name:
-                continue
-            if spec.name in origin:
-                raise FatalError(
-                    f"two tools are named {spec.name!r} (in {origin[spec.name]} and {module_name})",
-                    "rename one of them with @tool(name=...)",
-                )
-            origin[spec.name] = module_name
-            specs.append(spec)
+    for module_name, value in _defined(package):
+        spec = spec_of(value)
+        if spec is None:
+            continue
+        if spec.name in origin:
+            raise FatalError(
+                f"two tools are named {spec.name!r} (in {origin[spec.name]} and {module_name})",
+                "rename one of them with @tool(name=...)",
+            )
+        origin[spec.name] = module_name
+        specs.append(spec)
     return specs
 
 
@@ -63,20 +60,18 @@ def discover_primitives(package: ModuleType) -> Primitives:
     """
     found: dict[type, list[Any]] = {ResourceSpec: [], PromptSpec: [], CompletionSpec: []}
     origin: dict[tuple[type, str], str] = {}
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        module_name = f"{package.__name__}.{info.name}"
-        for value in vars(_import(module_name)).values():
-            spec = primitive_of(value)
-            if spec is None or getattr(spec.fn, "__module__", None) != module_name:
-                continue  # imported from elsewhere: served where it is defined
-            key = _identity(spec)
-            if (type(spec), key) in origin:
-                raise FatalError(
-                    f"two {_KINDS[type(spec)]} are {key!r} (in {origin[type(spec), key]} and {module_name})",
-                    "rename one of them",
-                )
-            origin[type(spec), key] = module_name
-            found[type(spec)].append(spec)
+    for module_name, value in _defined(package):
+        spec = primitive_of(value)
+        if spec is None:
+            continue
+        key = _identity(spec)
+        if (type(spec), key) in origin:
+            raise FatalError(
+                f"two {_KINDS[type(spec)]} are {key!r} (in {origin[type(spec), key]} and {module_name})",
+                "rename one of them",
+            )
+        origin[type(spec), key] = module_name
+        found[type(spec)].append(spec)
     primitives = Primitives(
         tuple(found[ResourceSpec]), tuple(found[PromptSpec]), tuple(found[CompletionSpec])
     )
@@ -110,17 +105,23 @@ def discover_resources(package: ModuleType) -> tuple[list[LifespanFunction], lis
     """The `@lifespan` and `@dependency` functions defined in the package's modules, in the same order."""
     lifespans: list[LifespanFunction] = []
     dependencies: list[DependencySpec] = []
+    for _, value in _defined(package):
+        if is_lifespan(value):
+            lifespans.append(value)
+        spec = dependency_of(value)
+        if spec is not None:
+            dependencies.append(spec)
+    return lifespans, dependencies
+
+
+def _defined(package: ModuleType) -> Iterator[tuple[str, Any]]:
+    """(module name, value) for what each module of the package defines, by module name, then in
+    file order. What a module imports from another is served, opened or checked where it is defined."""
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         module_name = f"{package.__name__}.{info.name}"
         for value in vars(_import(module_name)).values():
-            if getattr(value, "__module__", None) != module_name:
-                continue  # imported from elsewhere: opened or checked where it is defined
-            if is_lifespan(value):
-                lifespans.append(value)
-            spec = dependency_of(value)
-            if spec is not None:
-                dependencies.append(spec)
-    return lifespans, dependencies
+            if getattr(value, "__module__", None) == module_name:
+                yield module_name, value
 
 
 def _import(module_name: str) -> ModuleType:

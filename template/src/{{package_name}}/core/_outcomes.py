@@ -56,6 +56,25 @@ def shown(message: str) -> str:
     return strip_paths(redact_text(message))
 
 
+def error_meta(
+    category: Category,
+    correlation_id: str,
+    *,
+    retryable: bool | None = None,
+    retry_after_s: float | None = None,
+) -> dict[str, Any]:
+    """What a failure tells a client besides its message: a tool result's `_meta.error`, a
+    resource's or prompt's JSON-RPC `error.data`."""
+    error: dict[str, Any] = {
+        "category": category,
+        "retryable": RETRYABLE[category] if retryable is None else retryable,
+        "correlation_id": correlation_id,
+    }
+    if retry_after_s is not None:
+        error["retry_after_s"] = round(retry_after_s, 3)
+    return error
+
+
 def failure(
     category: Category,
     message: str,
@@ -67,13 +86,7 @@ def failure(
     content: Sequence[TextContent] = (),
 ) -> CallToolResult:
     """Build the one shape every failed call has."""
-    error: dict[str, Any] = {
-        "category": category,
-        "retryable": RETRYABLE[category] if retryable is None else retryable,
-        "correlation_id": correlation_id,
-    }
-    if retry_after_s is not None:
-        error["retry_after_s"] = round(retry_after_s, 3)
+    error = error_meta(category, correlation_id, retryable=retryable, retry_after_s=retry_after_s)
     return CallToolResult(
         content=[TextContent(type="text", text=f"{category}: {shown(message)}"), *content],
         structured_content=structured,

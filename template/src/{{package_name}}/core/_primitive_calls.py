@@ -15,10 +15,8 @@ The SDK registers and renders them (`MCPServer.resource`, `add_prompt`, `complet
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
-import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -40,13 +38,14 @@ from pydantic import ValidationError
 
 from ._callers import caller
 from ._discovery import Primitives
-from ._errors import FatalError
+from ._errors import FatalError, ToolInputError
 from ._logs import get_logger
-from ._outcomes import RETRYABLE, shown
+from ._outcomes import error_meta, shown
 from ._primitives import MAX_COMPLETION_VALUES, CompletionSpec
 from ._redaction import redact_text
 from ._resilience import Failure, classify
-from ._validation import describe_validation_error
+from ._running import new_correlation_id
+from ._validation import describe_validation_error, unknown_arguments_message, unknown_name_message
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -117,33 +116,28 @@ async def _completed(
     )
 
 
-def prompt_problem(spec: Prompt, arguments: Mapping[str, Any] | None, *, strict: bool) -> str | None:
-    """What is wrong with a prompt's arguments (unknown names when strict, missing required ones)."""
-    declared = {argument.name: argument.required for argument in spec.arguments or ()}
-    given = arguments or {}
-    problems: list[str] = []
-    if strict:
-        for name in [name for name in given if name not in declared][:3]:
-            close = difflib.get_close_matches(name[:64], list(declared), n=1, cutoff=0.5)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            problems.append(
-                f"unknown argument {name[:40]!r}{hint}; accepted: {', '.join(declared) or 'none'}"
-            )
-    problems += [
-        f"{name!r} is required but missing"
-        for name, required in declared.items()
-        if required and name not in given
+def prompt_arguments(
+    prompts: Mapping[str, Prompt], name: str, arguments: Mapping[str, Any] | None, *, strict: bool
+) -> dict[str, Any]:
+    """What prompt `name` is rendered with; ToolInputError for an unknown prompt, an argument it
+    does not take (strict; dropped when lenient, as a tool's) or a required one missing."""
+    prompt = prompts.get(name)
+    if prompt is None:
+        raise ToolInputError(unknown_name_message("prompt", name, prompts, listed_at_most=_SHOWN_NAMES))
+    declared = {argument.name: argument.required for argument in prompt.arguments or ()}
+    given = dict(arguments or {})
+    problems = [
+        unknown_arguments_message(given, declared) if strict else None,
+        *(
+            f"{argument!r} is required but missing"
+            for argument, required in declared.items()
+            if required and argument not in given
+        ),
     ]
-    return "; ".join(problems) or None
-
-
-def unknown_message(kind: str, name: str, declared: Iterable[str]) -> str:
-    """What a name or URI this server does not have is answered, with the closest declared one."""
-    names = sorted(declared)
-    close = difflib.get_close_matches(name[:64], names, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    listed = ", ".join(names[:_SHOWN_NAMES]) + (", ..." if len(names) > _SHOWN_NAMES else "")
-    return f"no {kind} {name[:_TARGET_IN_LOG]!r}; {hint}declared: {listed or 'none'}"
+    problem = "; ".join(problem for problem in problems if problem)
+    if problem:
+        raise ToolInputError(problem)
+    return given if strict else {key: value for key, value in given.items() if key in declared}
 
 
 async def answered(
@@ -161,7 +155,7 @@ async def answered(
     server after this answer, as a tool's `FatalError` does.
     """
     started = time.perf_counter()
-    correlation_id = f"{random.getrandbits(64):016x}"
+    correlation_id = new_correlation_id()
     logged = redact_text(target[:_TARGET_IN_LOG])
     try:
         result = await run()
@@ -171,7 +165,8 @@ async def answered(
     except Exception as exc:
         if isinstance(exc, ResourceNotFoundError):
             hint = "; resources/templates/list shows the URI templates"
-            failure = Failure.refusal("invalid_input", unknown_message("resource", target, known_uris) + hint)
+            unknown = unknown_name_message("resource", target, known_uris, listed_at_most=_SHOWN_NAMES)
+            failure = Failure.refusal("invalid_input", unknown + hint)
         else:
             failure = _classified(exc, target, correlation_id)
         _line(method, logged, correlation_id, "error", failure.category, started)
@@ -188,7 +183,7 @@ async def answered(
         raise MCPError(
             code=code,
             message=f"{failure.category}: {shown(failure.message)}",
-            data=_data(failure.category, correlation_id, uri, failure.retry_after_s),
+            data=_data(failure, correlation_id, uri),
         ) from None
     _line(method, logged, correlation_id, "ok", None, started)
     return result
@@ -219,16 +214,10 @@ def _owner_exception(exc: BaseException) -> BaseException:
     return exc
 
 
-def _data(
-    category: Any, correlation_id: str, uri: str | None, retry_after_s: float | None = None
-) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "category": category,
-        "retryable": RETRYABLE[category],
-        "correlation_id": correlation_id,
-    }
-    if retry_after_s is not None:
-        data["retry_after_s"] = round(retry_after_s, 3)
+def _data(failure: Failure, correlation_id: str, uri: str | None) -> dict[str, Any]:
+    data = error_meta(
+        failure.category, correlation_id, retryable=failure.retryable, retry_after_s=failure.retry_after_s
+    )
     if uri is not None:
         data["uri"] = uri
     return data

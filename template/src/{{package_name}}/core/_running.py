@@ -15,6 +15,7 @@ one context variable: one lookup and one set per call, however many layers read 
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar, Token
@@ -33,6 +34,11 @@ class Call:
 
 
 _CALL: ContextVar[Call | None] = ContextVar("tool_call", default=None)
+
+
+def new_correlation_id() -> str:
+    """16 hex digits that find a call, read or get in the log; no system call per call."""
+    return f"{random.getrandbits(64):016x}"
 
 
 def cancelled() -> bool:

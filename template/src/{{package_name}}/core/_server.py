@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import random
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -56,21 +55,21 @@ from ._call_line import time_tool_calls, write_call_line
 from ._callers import caller, forbidden_message, missing_scopes
 from ._discovery import Primitives
 from ._entrypoints import entrypoint
-from ._errors import FatalError, ToolInputError, TransientError
+from ._errors import FatalError, TransientError
 from ._fatal_exit import FatalExit
 from ._handshake_era import HandshakeEraMethods
 from ._health import CallStats, HealthCheck
 from ._idempotency import KEY_ARGUMENT, StoreHandle, fingerprint
 from ._idempotent_call import run_once
 from ._logs import get_logger
-from ._primitive_calls import answered, prompt_problem, register, unknown_message
+from ._primitive_calls import answered, prompt_arguments, register
 from ._progress import progress_requested, with_heartbeat
 from ._rate_limits import CallLimits
 from ._redaction import redact_text
 from ._resilience import Attempts, Failure, classify, in_doubt_message, run_with_retries
 from ._resources import Resources
 from ._result_size import fit_result
-from ._running import Call, current_body, enter_call, is_own_cancellation, leave_call
+from ._running import Call, current_body, enter_call, is_own_cancellation, leave_call, new_correlation_id
 from ._settings import CoreSettings
 from ._shutdown import Shutdown
 from ._startup import exit_fatal
@@ -227,7 +226,7 @@ class ResilientServer(MCPServer[Any]):
         served = self.served.get(name)
         # A declared name is the owner's; any other came from the client and may hold anything.
         tool = name if served is not None else redact_text(name[:_NAME_IN_LOG])
-        call = Call(f"{random.getrandbits(64):016x}", tool)  # 16 hex digits, no system call per call
+        call = Call(new_correlation_id(), tool)
         correlation_id = call.correlation_id
         stats = self.stats
         stats.in_flight += 1
@@ -286,7 +285,7 @@ class ResilientServer(MCPServer[Any]):
     ) -> Iterable[ReadResourceContents] | InputRequiredResult:
         """A resource read through the core: categorised failures, an unknown URI as -32602."""
         read = functools.partial(MCPServer.read_resource, self, uri, context)
-        known = [spec.uri for spec in self.primitives.resources]
+        known = (spec.uri for spec in self.primitives.resources)  # read only for an unknown URI
         fatal = self._fatal_after(context)
         return await answered(
             "resources/read", str(uri), read, uri=str(uri), known_uris=known, on_fatal=fatal
@@ -298,16 +297,7 @@ class ResilientServer(MCPServer[Any]):
         """A prompt through the core: its name and arguments checked first, its failures categorised."""
 
         async def checked_then_rendered() -> GetPromptResult | InputRequiredResult:
-            prompt = self.prompts.get(name)
-            if prompt is None:
-                raise ToolInputError(unknown_message("prompt", name, self.prompts))
-            problem = prompt_problem(prompt, arguments, strict=self.strict)
-            if problem is not None:
-                raise ToolInputError(problem)
-            given = arguments or {}
-            if not self.strict:  # lenient, as for tools: an argument the prompt does not take is dropped
-                declared = {argument.name for argument in prompt.arguments or ()}
-                given = {key: value for key, value in given.items() if key in declared}
+            given = prompt_arguments(self.prompts, name, arguments, strict=self.strict)
             return await MCPServer.get_prompt(self, name, given, context)
 
         return await answered("prompts/get", name, checked_then_rendered, on_fatal=self._fatal_after(context))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
@@ -27,11 +27,36 @@ _MAX_NAME_CHARS = 64  # of a client-chosen name compared for a did-you-mean
 _JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object"}
 
 
-def unknown_tool_message(name: str, declared: Iterable[str]) -> str:
+def unknown_name_message(kind: str, name: str, declared: Iterable[str], *, listed_at_most: int = 0) -> str:
+    """A tool, prompt or resource name the server does not have: the closest one, and the declared ones
+    (the first `listed_at_most` of them, when that is not 0)."""
     names = sorted(declared)
     close = difflib.get_close_matches(name[:_MAX_NAME_CHARS], names, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"no tool named {_shorten(name)!r}; {hint}declared tools: {', '.join(names)}"
+    listed = ", ".join(names[:listed_at_most] if listed_at_most else names) or "none"
+    if listed_at_most and len(names) > listed_at_most:
+        listed += ", ..."
+    return f"no {kind} named {_shorten(name)!r}; {hint}declared {kind}s: {listed}"
+
+
+def unknown_tool_message(name: str, declared: Iterable[str]) -> str:
+    return unknown_name_message("tool", name, declared)
+
+
+def unknown_arguments_message(given: Iterable[str], accepted: Collection[str]) -> str | None:
+    """The names of a flat set of arguments that are not accepted, as a tool's are described."""
+    unknown = [name for name in given if name not in accepted]
+    if not unknown:
+        return None
+    described = [_unknown_argument(_shorten(name), name, accepted) for name in unknown[:_MAX_UNKNOWN]]
+    more = len(unknown) - len(described)
+    return "; ".join(described) + (f"; and {more} more unknown" if more else "")
+
+
+def _unknown_argument(where: str, key: str, accepted: Collection[str]) -> str:
+    close = difflib.get_close_matches(key[:_MAX_NAME_CHARS], list(accepted), n=1, cutoff=0.5)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown argument {where!r}{hint}; accepted here: {', '.join(accepted) or 'none'}"
 
 
 def harden_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -157,10 +182,7 @@ class ArgumentValidator:
             count += 1
             if len(found) < _MAX_UNKNOWN:
                 where = f"{_shorten(path)}.{_shorten(key)}" if path else _shorten(key)
-                close = difflib.get_close_matches(key[:_MAX_NAME_CHARS], list(properties), n=1, cutoff=0.5)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                accepted = ", ".join(properties) or "none"
-                found.append(f"unknown argument {where!r}{hint}; accepted here: {accepted}")
+                found.append(_unknown_argument(where, key, properties))
         return count
 
 
