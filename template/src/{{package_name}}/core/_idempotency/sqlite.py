@@ -7,15 +7,21 @@ processes. A session of one statement (a new key's claim, the start mark, the ou
 read) runs it in autocommit mode, as on PostgreSQL: one statement is atomic on its own,
 and a read then takes no write lock.
 
-The statements run on the event loop itself, not in a worker thread: each takes tens
-of microseconds, far less than a thread hop, and a session never awaits between its
-statements, so no other task sees a transaction half-done. What could stall the loop is
-another process holding the write lock; that wait is bounded by LOOP_BUSY_TIMEOUT_S,
-after which the call fails as transient (retry) instead of freezing the server.
+The event loop never waits for the disk or for a lock. Two connections serve:
 
-WAL mode with `synchronous = NORMAL` by default: a commit survives the process dying
-(it is in the OS page cache) but not a power cut. A claim runs with `synchronous =
-FULL`, so it is on disk before the side effect starts; the start mark and outcome
+- the loop's own runs reads, and the writes that need not reach the disk (the start mark,
+  the outcome), when the file is free: tens of microseconds, less than a thread hop. It
+  never waits for the write lock (`busy_timeout = 0`) and never checkpoints: a write that
+  finds the file locked goes to the writer thread instead.
+- the writer thread's (`sqlite_writer.py`) runs what must wait: every claim (its commit
+  waits for fsync), sessions of several statements, and the writes that found the file
+  locked. Claims that arrive while a commit is on its way to the disk share the next
+  commit. Another process holding the lock stalls a call for at most LOOP_BUSY_TIMEOUT_S,
+  after which it fails as transient (retry); other calls go on.
+
+WAL mode at `synchronous = NORMAL`: a commit survives the process dying (it is in the OS
+page cache) but not a power cut. A claim's commit is at `synchronous = FULL` (a session
+marked `durable`), so it is on disk before the side effect starts; the start mark and outcome
 may be lost in a power cut, which only turns the key into a key in doubt (a start mark
 is trusted only from an owner on this boot of this machine, see `same_boot`).
 """
@@ -36,12 +42,13 @@ from .._errors import FatalError, StoreUnavailableError
 from .._project import ENV_PREFIX
 from .instances import OwnerRow, same_boot
 from .sql import NO_PARAMS, SCHEMA_VERSION, Dialect, Params, Session, SQLStore
+from .sqlite_writer import SQLiteWriter, WriterSession
 from .store import DEFAULT_TTL_S, HEARTBEAT_S
 
 _log = structlog.get_logger(__name__)
 
 BUSY_TIMEOUT_S = 15.0  # opening, and the heartbeat thread: waiting blocks no one
-LOOP_BUSY_TIMEOUT_S = 2.0  # on the event loop: the longest a locked file may stall serving
+LOOP_BUSY_TIMEOUT_S = 2.0  # while serving: the longest a locked file may stall a call
 
 DIALECT = Dialect(
     time_type="REAL",
@@ -69,7 +76,9 @@ class SQLiteStore(SQLStore):
     def __init__(self, path: Path, *, ttl_s: float = DEFAULT_TTL_S, heartbeat_s: float = HEARTBEAT_S) -> None:
         super().__init__(ttl_s=ttl_s, heartbeat_s=heartbeat_s)
         self.path = path
-        self._conn: sqlite3.Connection | None = None
+        self._conn: sqlite3.Connection | None = None  # the event loop's
+        self._writer: SQLiteWriter | None = None
+        self._writer_conn: sqlite3.Connection | None = None
         self._heartbeat_conn: sqlite3.Connection | None = None
 
     def where(self) -> str:
@@ -77,9 +86,10 @@ class SQLiteStore(SQLStore):
 
     async def _connect(self) -> None:
         if self._conn is None:
-            self._conn = await anyio.to_thread.run_sync(self._connect_sync)
+            self._conn, writer_conn = await anyio.to_thread.run_sync(self._connect_sync)
+            self._writer_conn, self._writer = writer_conn, SQLiteWriter(writer_conn)
 
-    def _connect_sync(self) -> sqlite3.Connection:
+    def _connect_sync(self) -> tuple[sqlite3.Connection, sqlite3.Connection]:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -88,21 +98,32 @@ class SQLiteStore(SQLStore):
                 f"set {ENV_PREFIX}DATA_DIR to a writable directory or fix its permissions",
             ) from None
         try:
-            return _connect(self.path, busy_timeout_s=BUSY_TIMEOUT_S)
+            writer = _connect(self.path, busy_timeout_s=BUSY_TIMEOUT_S)
+            try:
+                loop = _connect(self.path, busy_timeout_s=0)
+                loop.execute("PRAGMA wal_autocheckpoint = 0")  # the writer's commits checkpoint
+            except BaseException:
+                writer.close()
+                raise
         except sqlite3.Error as exc:
             fatal = self._open_failed(exc)
             assert fatal is not None
             raise fatal from None
+        return loop, writer
 
     async def open(self) -> None:
         await super().open()
-        if self._conn is not None:  # from now on the waits happen on the serving loop
-            self._conn.execute(f"PRAGMA busy_timeout = {int(LOOP_BUSY_TIMEOUT_S * 1000)}")
+        if self._writer is not None:  # opened: from now on a lock stalls a call, not a start-up
+            await self._writer.execute(f"PRAGMA busy_timeout = {int(LOOP_BUSY_TIMEOUT_S * 1000)}", NO_PARAMS)
 
     async def _disconnect(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await anyio.to_thread.run_sync(writer.stop)
+        for conn in (self._conn, self._writer_conn):
+            if conn is not None:
+                conn.close()
+        self._conn = self._writer_conn = None
 
     def _open_failed(self, exc: Exception) -> FatalError | None:
         if not isinstance(exc, sqlite3.Error):
@@ -136,14 +157,16 @@ class SQLiteStore(SQLStore):
     async def _session(
         self, operation: str, *, transaction: bool = False, durable: bool = False, shield: bool = False
     ) -> AsyncIterator[Session]:
-        # `shield` needs nothing here: a session never awaits, so nothing can cancel it half-way.
-        conn = self._conn
-        if conn is None:
+        # `shield` needs nothing here: what the writer thread was sent runs to its end, and is waited for.
+        conn, writer = self._conn, self._writer
+        if conn is None or writer is None:
             raise RuntimeError("the idempotency store is not open: call open() first")
-        scope = _transaction(conn, durable=durable) if transaction else _flushed(conn, durable=durable)
         try:
-            with scope:
-                yield _SQLiteSession(conn)
+            if transaction:
+                async with writer.session(durable=durable) as session:
+                    yield _WriterSession(session)
+            else:
+                yield _LoopSession(conn, writer, durable=durable)
         except sqlite3.OperationalError as exc:
             if not self._opened:
                 raise
@@ -156,7 +179,7 @@ class SQLiteStore(SQLStore):
     async def _heartbeat_transaction(self) -> AsyncIterator[Session]:
         if self._heartbeat_conn is None:
             self._heartbeat_conn = _connect(self.path, busy_timeout_s=BUSY_TIMEOUT_S)
-        with _transaction(self._heartbeat_conn, durable=False):
+        with _transaction(self._heartbeat_conn):
             yield _SQLiteSession(self._heartbeat_conn)
 
     async def _close_heartbeat_connection(self) -> None:
@@ -177,8 +200,58 @@ class _SQLiteSession(Session):
         return self._conn.execute(statement, {**params, "now": self._now}).rowcount
 
 
+class _LoopSession(Session):
+    """One statement on the loop's connection, or on the writer thread when it must wait:
+    it must reach the disk (`durable`), or the file is locked right now."""
+
+    def __init__(self, conn: sqlite3.Connection, writer: SQLiteWriter, *, durable: bool) -> None:
+        self._conn = conn
+        self._writer = writer
+        self._durable = durable
+        self._now = time.time()
+
+    async def rows(self, statement: str, params: Params = NO_PARAMS) -> list[tuple[Any, ...]]:
+        bound = {**params, "now": self._now}
+        if not self._durable:
+            try:
+                return self._conn.execute(statement, bound).fetchall()
+            except sqlite3.OperationalError as exc:
+                if not _locked(exc):
+                    raise
+        return await self._writer.rows(statement, bound, durable=self._durable)
+
+    async def execute(self, statement: str, params: Params = NO_PARAMS) -> int:
+        bound = {**params, "now": self._now}
+        if not self._durable:
+            try:
+                return self._conn.execute(statement, bound).rowcount
+            except sqlite3.OperationalError as exc:
+                if not _locked(exc):
+                    raise
+        return await self._writer.execute(statement, bound, durable=self._durable)
+
+
+class _WriterSession(Session):
+    """A transaction of several statements on the writer thread."""
+
+    def __init__(self, session: WriterSession) -> None:
+        self._session = session
+        self._now = time.time()
+
+    async def rows(self, statement: str, params: Params = NO_PARAMS) -> list[tuple[Any, ...]]:
+        return await self._session.rows(statement, {**params, "now": self._now})
+
+    async def execute(self, statement: str, params: Params = NO_PARAMS) -> int:
+        return await self._session.execute(statement, {**params, "now": self._now})
+
+
+def _locked(exc: sqlite3.OperationalError) -> bool:
+    """The statement found another connection holding the write lock, and did nothing."""
+    return getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
+
+
 def _connect(path: Path, *, busy_timeout_s: float) -> sqlite3.Connection:
-    # isolation_level=None: transactions are the explicit BEGIN IMMEDIATE ... COMMIT below.
+    # isolation_level=None: transactions are the explicit BEGIN IMMEDIATE ... COMMIT.
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
     try:
         _switch_to_wal(conn)
@@ -208,30 +281,15 @@ def _switch_to_wal(conn: sqlite3.Connection) -> None:
 
 
 @contextmanager
-def _transaction(conn: sqlite3.Connection, *, durable: bool) -> Iterator[None]:
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     """One write transaction holding the file's write lock from its first statement."""
     if conn.in_transaction:
         raise RuntimeError("an idempotency store session is already open on this connection")
-    with _flushed(conn, durable=durable):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-
-
-@contextmanager
-def _flushed(conn: sqlite3.Connection, *, durable: bool) -> Iterator[None]:
-    """`durable`: the commits inside reach the disk before they return (a claim must survive
-    a power cut). Others may be lost then, which only turns a claim into a key in doubt."""
-    if not durable:
-        yield
-        return
-    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("BEGIN IMMEDIATE")
     try:
         yield
-    finally:
-        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
