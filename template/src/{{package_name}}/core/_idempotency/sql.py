@@ -315,6 +315,18 @@ class SQLStore(IdempotencyStore):
     def _unflushed_writes_survive(self, owner: OwnerRow) -> bool:
         """Whether `owner`'s writes that were not flushed to disk are still visible."""
 
+    async def _insert_claim(self, params: Params) -> bool:
+        """Insert a new key's claim (`Statements.insert_claim`), durably; False if the key exists.
+        A backend may send concurrent claims together."""
+        async with self._session("claim", durable=True) as db:
+            return bool(await db.execute(self.sql.insert_claim, params))
+
+    async def _store_outcome(self, params: Params) -> bool:
+        """Record a call's result (`Statements.complete`); False if the claim is no longer ours.
+        A backend may send concurrent outcomes together."""
+        async with self._session("complete", shield=True) as db:
+            return bool(await db.execute(self.sql.complete, params))
+
     # --- lifecycle ------------------------------------------------------------
 
     async def open(self) -> None:
@@ -404,9 +416,8 @@ class SQLStore(IdempotencyStore):
             "body": BODY_RUNNING if started else BODY_NOT_STARTED,  # what the claim records
         }
         # A new key, the common case: one statement, committed durably before the effect.
-        async with self._session("claim", durable=True) as db:
-            if await db.execute(sql.insert_claim, params):
-                return Claim("new")
+        if await self._insert_claim(params):
+            return Claim("new")
         # A retry of a completed key, or other arguments: an answer that changes nothing,
         # read without locking the row (locking it is a write, and its commit a flush).
         async with self._session("claim") as db:
@@ -440,9 +451,7 @@ class SQLStore(IdempotencyStore):
 
     async def complete(self, tool: str, key: str, result: dict[str, Any]) -> None:
         params = {"tool": tool, "key": key, "owner": self.me.instance_id, "result": encode_result(result)}
-        async with self._session("complete", shield=True) as db:
-            stored = await db.execute(self.sql.complete, params)
-        if not stored:
+        if not await self._store_outcome(params):
             _log.warning("idempotency_result_not_stored", tool=tool, reason="the claim is no longer ours")
 
     async def release(self, tool: str, key: str) -> None:
