@@ -176,11 +176,15 @@ class Statements:
             f" {d.after.format(':lease')}, :body)"
             " ON CONFLICT (tool, key) DO NOTHING"
         )
-        existing = (
-            f"SELECT k.fingerprint, k.state, k.result, {epoch('k.lease_until')},"
+        # What a claim reads of an existing key (see `SQLStore._existing`), and from where.
+        self.existing_columns = (
+            f"k.fingerprint, k.state, k.result, {epoch('k.lease_until')},"
             f" i.instance_id, i.host_id, i.hostname, i.pid, {epoch('i.heartbeat_at')}, i.heartbeat_s,"
             f" {epoch(now)}, k.body, {expired('k.')}"
-            " FROM idempotency_keys AS k LEFT JOIN idempotency_instances AS i ON i.instance_id = k.owner"
+        )
+        self.existing_join = "LEFT JOIN idempotency_instances AS i ON i.instance_id = k.owner"
+        existing = (
+            f"SELECT {self.existing_columns} FROM idempotency_keys AS k {self.existing_join}"
             " WHERE k.tool = :tool AND k.key = :key"
         )
         self.peek_existing = c(existing)
@@ -321,6 +325,12 @@ class SQLStore(IdempotencyStore):
         async with self._session("claim", durable=True) as db:
             return bool(await db.execute(self.sql.insert_claim, params))
 
+    async def _peek_existing(self, params: Params) -> tuple[Any, ...] | None:
+        """The row of an existing key (`Statements.peek_existing`), unlocked; None if there is none.
+        A backend may send concurrent reads together."""
+        async with self._session("claim") as db:
+            return await db.one(self.sql.peek_existing, params)
+
     async def _store_outcome(self, params: Params) -> bool:
         """Record a call's result (`Statements.complete`); False if the claim is no longer ours.
         A backend may send concurrent outcomes together."""
@@ -420,8 +430,7 @@ class SQLStore(IdempotencyStore):
             return Claim("new")
         # A retry of a completed key, or other arguments: an answer that changes nothing,
         # read without locking the row (locking it is a write, and its commit a flush).
-        async with self._session("claim") as db:
-            row = await db.one(sql.peek_existing, params)
+        row = await self._peek_existing(params)
         if row is not None and not row[12] and (row[0] != fingerprint or row[1] == "completed"):
             return judge(self._existing(row), fingerprint, float(row[10]), self.me).claim
         async with self._session("claim", transaction=True, durable=True) as db:
