@@ -43,6 +43,10 @@ class SessionAbandonedError(sqlite3.OperationalError):
     """A session sent nothing for SESSION_IDLE_S: the thread rolled it back and moved on."""
 
 
+class WriterStoppedError(sqlite3.OperationalError):
+    """The store closed: its writer takes no more work."""
+
+
 @dataclass
 class _Reply:
     """Where the thread sends one answer: a future of the loop that waits for it."""
@@ -107,6 +111,7 @@ class SQLiteWriter:
         self._durable = False  # the connection's synchronous setting: FULL when True
         conn.execute("PRAGMA synchronous = NORMAL")
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._stopped = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -120,6 +125,8 @@ class SQLiteWriter:
         return result
 
     async def _submit(self, sql: str, params: Params, *, rows: bool, durable: bool) -> Any:
+        if self._stopped:
+            raise WriterStoppedError("the idempotency store is closed")
         reply = _Reply(asyncio.get_running_loop())
         self._jobs.put(_Statement(sql, params, rows, durable, reply))
         return await reply.wait()
@@ -127,6 +134,8 @@ class SQLiteWriter:
     @asynccontextmanager
     async def session(self, *, durable: bool = False) -> AsyncIterator[WriterSession]:
         """A `BEGIN IMMEDIATE` transaction on the thread, committed when the block ends."""
+        if self._stopped:
+            raise WriterStoppedError("the idempotency store is closed")
         loop = asyncio.get_running_loop()
         session = _Session(_Reply(loop), durable)
         self._jobs.put(session)
@@ -140,8 +149,16 @@ class SQLiteWriter:
 
     def stop(self) -> None:
         """Finish what was sent, then end the thread (blocking: call it from a worker thread)."""
+        self._stopped = True
         self._jobs.put(_STOP)
         self._thread.join()
+        while True:  # sent after the stop: answered, never left waiting
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            reply = job.begun if isinstance(job, _Session) else job.reply
+            reply.send(error=WriterStoppedError("the idempotency store is closed"))
 
     # --- on the thread ----------------------------------------------------------
 
@@ -173,11 +190,17 @@ class SQLiteWriter:
             self._durable = durable
 
     def _run_batch(self, batch: list[_Statement]) -> None:
-        self._flush_commits(any(statement.durable for statement in batch))
+        conn = self._conn
+        try:
+            self._flush_commits(any(statement.durable for statement in batch))
+            if len(batch) > 1:
+                conn.execute("BEGIN IMMEDIATE")  # the lock, once: another process may hold it long
+        except Exception as exc:  # nothing ran: the same answer for all
+            for statement in batch:
+                statement.reply.send(error=exc)
+            return
         if len(batch) > 1:
-            conn = self._conn
             try:
-                conn.execute("BEGIN IMMEDIATE")
                 results = [statement.run(conn) for statement in batch]
                 conn.execute("COMMIT")
             except Exception:
@@ -187,14 +210,14 @@ class SQLiteWriter:
                     statement.reply.send(result)
                 return
         for statement in batch:  # alone, or again one by one after a failed batch
-            _answer(statement.reply, statement.run, self._conn)
+            _answer(statement.reply, statement.run, conn)
 
     def _run_session(self, session: _Session) -> None:
         conn = self._conn
         try:
             self._flush_commits(session.durable)
             conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
+        except Exception as exc:
             session.begun.send(error=exc)
             return
         session.begun.send()
