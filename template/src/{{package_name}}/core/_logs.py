@@ -27,8 +27,9 @@ import structlog
 
 from ._redaction import REDACTED, is_secret_name, redact_text
 from ._running import current_call
+from ._stderr_writer import NonBlockingStderr
 
-__all__ = ["REDACTED", "configure_logging", "get_logger", "log_call", "redact_secrets"]
+__all__ = ["REDACTED", "call_line", "configure_logging", "get_logger", "log_call", "redact_secrets"]
 
 # Fields the core fills with values it made itself (never a secret): skipped on the hot path.
 _OWN_FIELDS = frozenset({"timestamp", "level", "correlation_id", "outcome", "category", "logger"})
@@ -80,17 +81,56 @@ def add_call_fields(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mu
 
 
 _call_lines = True  # whether the level lets info lines through; set by configure_logging
-_second: tuple[int, str] = (0, "")  # the last whole second seen, as ISO text: one strftime a second
+_second: tuple[int, bytes] = (0, b"")  # the last whole second seen, as ISO text: one strftime a second
+# The line's constant pieces, encoded once: up to the correlation id by tool name, and from the
+# outcome to the duration by (outcome, category). Client-sent (unknown) names are bounded by the cap.
+_HEADS: dict[str, bytes] = {}
+_MIDDLES: dict[tuple[str, str | None], bytes] = {}
+_MAX_HEADS = 1024
 
 
-def _timestamp() -> str:
-    """Now in UTC as `TimeStamper(fmt="iso", utc=True)` writes it, with the date part cached."""
+def call_line(
+    tool: str,
+    correlation_id: str,
+    outcome: str,
+    category: str | None,
+    duration_ms: float,
+    attempts: int,
+    subject: str | None,
+    now_ns: int,
+) -> bytes:
+    """The call's JSON line, encoded: the fields and values the processor chain gives them.
+
+    Pure ASCII (`_quote` escapes the rest as JSON's `ensure_ascii` does), so no encoder runs.
+    """
     global _second
-    now_ns = time.time_ns()
-    whole = now_ns // 1_000_000_000
+    head = _HEADS.get(tool)
+    if head is None:
+        if len(_HEADS) >= _MAX_HEADS:
+            _HEADS.clear()
+        head = _HEADS[tool] = f'{{"event":"tool_call","tool":{_quote(tool)},"correlation_id":"'.encode()
+    middle = _MIDDLES.get((outcome, category))
+    if middle is None:
+        category_json = "null" if category is None else _quote(category)
+        middle = _MIDDLES[outcome, category] = (
+            f'","outcome":{_quote(outcome)},"category":{category_json},"duration_ms":'.encode()
+        )
+    who = b"" if subject is None else f',"subject":{_quote(redact_text(subject))}'.encode()
+    whole, micros = divmod(now_ns // 1000, 1_000_000)
     if whole != _second[0]:
-        _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
-    return f"{_second[1]}.{now_ns % 1_000_000_000 // 1000:06d}Z"
+        _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)).encode())
+    # As `TimeStamper(fmt="iso", utc=True)`: datetime.isoformat() leaves out a zero fraction.
+    fraction = b".%06dZ" % micros if micros else b"Z"
+    return b'%b%b%b%.2f,"attempts":%d%b,"level":"info","timestamp":"%b%b"}\n' % (
+        head,
+        correlation_id.encode(),
+        middle,
+        duration_ms,
+        attempts,
+        who,
+        _second[1],
+        fraction,
+    )
 
 
 def log_call(
@@ -109,14 +149,12 @@ def log_call(
     """
     if not _call_lines:
         return
-    who = "" if subject is None else f',"subject":{_quote(redact_text(subject))}'
-    category_json = "null" if category is None else f'"{category}"'
+    line = call_line(tool, correlation_id, outcome, category, duration_ms, attempts, subject, time.time_ns())
     stream = sys.stderr
-    stream.write(
-        f'{{"event":"tool_call","tool":{_quote(tool)},"correlation_id":"{correlation_id}",'
-        f'"outcome":"{outcome}","category":{category_json},"duration_ms":{duration_ms:.2f},'
-        f'"attempts":{attempts}{who},"level":"info","timestamp":"{_timestamp()}"}}\n'
-    )
+    if type(stream) is NonBlockingStderr:  # serving: the encoded line, in one os.write
+        stream.write_bytes(line)
+        return
+    stream.write(line.decode())  # a stream someone put there (a test's capture, a file)
     if not getattr(stream, "line_buffering", False):  # a real stderr wrote the line at its newline
         stream.flush()
 

@@ -228,6 +228,8 @@ class ResilientServer(MCPServer[Any]):
         tool = name if served is not None else redact_text(name[:_NAME_IN_LOG])
         call = Call(new_correlation_id(), tool)
         correlation_id = call.correlation_id
+        # Without auth (stdio, AUTH=none) no request carries a token: no subject to look up.
+        subject = caller() if self.settings.auth is not None else None
         stats = self.stats
         stats.in_flight += 1
         token = enter_call(call)
@@ -238,14 +240,14 @@ class ResilientServer(MCPServer[Any]):
         try:
             if context is not None and progress_requested(context):
                 outcome = await with_heartbeat(
-                    lambda ctx: self._call(served, name, arguments, ctx, correlation_id),
+                    lambda ctx: self._call(served, name, arguments, ctx, correlation_id, subject),
                     context,
                     self.app_settings.progress_interval_s,
                 )
             else:  # the common case: no heartbeat task, no closure
-                outcome = await self._call(served, name, arguments, context, correlation_id)
+                outcome = await self._call(served, name, arguments, context, correlation_id, subject)
         except MCPError as exc:  # raised on purpose: the client gets that JSON-RPC error, in both eras
-            write_call_line(started, tool, correlation_id, "protocol_error", None, 1, caller())
+            write_call_line(started, tool, correlation_id, "protocol_error", None, 1, subject)
             log.info("tool_protocol_error", tool=tool, correlation_id=correlation_id, code=exc.error.code)
             raise
         except BaseException as exc:  # a bug in this layer or a store: still an answer, never a leak
@@ -268,7 +270,7 @@ class ResilientServer(MCPServer[Any]):
             "error" if failure else "replayed" if outcome.replayed else "ok",
             failure.category if failure else None,
             outcome.count,
-            caller(),
+            subject,
         )
         if failure is None:
             assert outcome.result is not None
@@ -341,6 +343,7 @@ class ResilientServer(MCPServer[Any]):
         arguments: dict[str, Any],
         context: Context[Any, Any] | None,
         correlation_id: str,
+        subject: str | None,
     ) -> Attempts:
         if self.shutdown.stopping:
             return Attempts(
@@ -360,7 +363,7 @@ class ResilientServer(MCPServer[Any]):
                 return Attempts(failure=Failure.refusal("forbidden", forbidden_message(name, missing)))
         # Unknown and forbidden answers are final, so they come first; a limit's refusal comes
         # before validation and the idempotency table: it costs little, and a retry is safe.
-        refused = self.limits.enter(spec, caller())
+        refused = self.limits.enter(spec, subject)
         if refused is not None:
             return Attempts(
                 failure=Failure.refusal("rate_limited", refused.message, retry_after_s=refused.retry_after_s)

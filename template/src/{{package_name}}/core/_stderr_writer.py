@@ -40,7 +40,11 @@ class NonBlockingStderr(io.TextIOBase):
         self._queue: collections.deque[bytes] = collections.deque()
         self._queued_bytes = 0
         self._writing_since: float | None = None  # when the thread began its current write
-        self._lock = threading.Condition()
+        # Re-entrant: a signal handler that logs may run while this thread holds it.
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._room = select.poll()  # registered once: a poll per line costs half a select
+        self._room.register(fd, select.POLLOUT)
         self.dropped = 0
         threading.Thread(target=self._drain_forever, name="stderr-writer", daemon=True).start()
 
@@ -58,18 +62,25 @@ class NonBlockingStderr(io.TextIOBase):
         return os.isatty(self._fd)
 
     def write(self, text: str) -> int:
-        data = text.encode(self._encoding, "backslashreplace")
+        self.write_bytes(text.encode(self._encoding, "backslashreplace"))
+        return len(text)
+
+    def write_bytes(self, data: bytes) -> None:
+        """Encoded lines: one `os.write` when nothing waits before them and the pipe has room."""
         with self._lock:
             idle = not self._queue and self._writing_since is None
-            if idle and len(data) <= _ATOMIC_BYTES and _has_room(self._fd):
+            if idle and len(data) <= _ATOMIC_BYTES and self._has_room():
                 os.write(self._fd, data)
             elif self._queued_bytes + len(data) <= self._max_queued:
                 self._queue.append(data)
                 self._queued_bytes += len(data)
-                self._lock.notify()
+                self._changed.notify()
             else:
                 self.dropped += 1
-        return len(text)
+
+    def _has_room(self) -> bool:
+        ready = self._room.poll(0)  # what select calls writable: room, or an error the write reports
+        return bool(ready) and bool(ready[0][1] & (select.POLLOUT | select.POLLERR))
 
     def flush(self) -> None:
         """Wait for the queued lines while the pipe takes them; give up once it stalls."""
@@ -78,13 +89,13 @@ class NonBlockingStderr(io.TextIOBase):
                 since = self._writing_since
                 if since is not None and time.monotonic() - since > STALL_S:
                     return
-                self._lock.wait(0.01)
+                self._changed.wait(0.01)
 
     def _drain_forever(self) -> None:
         while True:
             with self._lock:
                 while not self._queue:
-                    self._lock.wait()
+                    self._changed.wait()
                 data = self._queue.popleft()
                 self._queued_bytes -= len(data)
                 self._writing_since = time.monotonic()
@@ -96,14 +107,7 @@ class NonBlockingStderr(io.TextIOBase):
                 pass
             with self._lock:
                 self._writing_since = None
-                self._lock.notify_all()
-
-
-def _has_room(fd: int) -> bool:
-    try:
-        return bool(select.select([], [fd], [], 0)[1])
-    except (OSError, ValueError):
-        return False
+                self._changed.notify_all()
 
 
 _installed: NonBlockingStderr | None = None
