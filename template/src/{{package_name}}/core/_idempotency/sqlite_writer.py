@@ -233,9 +233,9 @@ class SQLiteWriter:
                 continue
             if step is None:
                 _answer(reply, _commit, conn)
-            else:
+            else:  # rolled back before the answer: the caller may read right after it
+                _roll_back(conn)
                 reply.send()
-            _roll_back(conn)  # asked to, or the commit failed
             return
 
 
@@ -275,7 +275,11 @@ def _answer(reply: _Reply, run: Callable[[sqlite3.Connection], Any], conn: sqlit
 
 
 def _commit(conn: sqlite3.Connection) -> None:
-    conn.execute("COMMIT")
+    try:
+        conn.execute("COMMIT")
+    except BaseException:
+        _roll_back(conn)
+        raise
 
 
 def _roll_back(conn: sqlite3.Connection) -> None:
