@@ -9,6 +9,7 @@ drain on SIGTERM/SIGINT: stop accepting, let calls in flight finish within
 
 from __future__ import annotations
 
+import logging
 import signal
 import socket
 from collections.abc import Callable
@@ -150,6 +151,8 @@ async def serve_http(server: ResilientServer, host: str, port: int) -> None:
         port=port,
         http=bounded_h11(settings.http_read_timeout_s, settings.max_connections),  # not limit_concurrency
         log_config=None,  # uvicorn's loggers reach the root handler: JSON on stderr
+        # Off unless it would write (LOG_LEVEL=debug): at warning it built its line's pieces for nothing.
+        access_log=logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO),
         server_header=False,
         lifespan="on",
     )
