@@ -18,7 +18,6 @@ from typing import Any
 
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
-from mcp.server.session import ServerSession
 from mcp.server.subscriptions import ResourceUpdated, ServerEvent, SubscriptionBus
 from mcp.types import (
     EmptyResult,
@@ -29,16 +28,10 @@ from mcp.types import (
 )
 
 from ._logs import get_logger
+from ._sdk import connection_of
 
 log = get_logger(__name__)
 MAX_SUBSCRIPTIONS_PER_SESSION = 1024  # what one session may follow; a client sends URIs freely
-
-
-def _connection(session: ServerSession) -> Connection:
-    """The client's connection: a ServerSession lives for one request, its Connection for the
-    session (the SDK gives the session no public way to it; `_connection` is what it uses)."""
-    connection: Connection = session._connection
-    return connection
 
 
 class HandshakeEraMethods:
@@ -58,7 +51,7 @@ class HandshakeEraMethods:
     async def subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams
     ) -> EmptyResult:
-        uris = self.subscribed.setdefault(_connection(ctx.session), set())
+        uris = self.subscribed.setdefault(connection_of(ctx.session), set())
         if len(uris) < MAX_SUBSCRIPTIONS_PER_SESSION or str(params.uri) in uris:
             uris.add(str(params.uri))
         else:  # bounded: the oldest stays, the new one is refused in the log, not in memory
@@ -68,7 +61,7 @@ class HandshakeEraMethods:
     async def unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams
     ) -> EmptyResult:
-        self.subscribed.get(_connection(ctx.session), set()).discard(str(params.uri))
+        self.subscribed.get(connection_of(ctx.session), set()).discard(str(params.uri))
         return EmptyResult()
 
     def _on_event(self, event: ServerEvent) -> None:

@@ -35,6 +35,7 @@ from ._probes import add_probes
 from ._readiness import Readiness
 from ._request_state import check_shared_request_state
 from ._scope_step_up import scope_step_up
+from ._sdk import forget_captured_signals, set_token_verifier
 from ._sessions import bound_sessions
 from ._settings import CoreSettings
 from ._startup import exit_fatal
@@ -80,7 +81,7 @@ class DrainingServer(uvicorn.Server):
         self.draining = True
         super().handle_exit(sig, frame)
         # uvicorn re-raises the signal after shutting down; a drained server exits 0 instead.
-        self._captured_signals.clear()
+        forget_captured_signals(self)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:
@@ -104,7 +105,8 @@ def check_http_settings(server: ResilientServer, host: str, port: int) -> None:
         exit_fatal(exc)
     if auth is not None:
         # What MCPServer(auth=..., token_verifier=...) would set: read when the HTTP app is built.
-        server.settings.auth, server._token_verifier = auth
+        server.settings.auth, verifier = auth
+        set_token_verifier(server, verifier)
     server.scopes_enforced = settings.auth == "oauth"
     if settings.auth == "none" and not is_loopback(host):
         log.warning("unauthenticated", host=host, detail="ALLOW_UNAUTHENTICATED=true: anyone who reaches it")

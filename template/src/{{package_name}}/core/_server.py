@@ -39,7 +39,6 @@ from mcp.server.mcpserver.exceptions import (
     UnexpectedToolError,
 )
 from mcp.server.mcpserver.tools import Tool
-from mcp.server.mcpserver.utilities.func_metadata import _convert_to_content
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
     CallToolResult,
@@ -70,6 +69,7 @@ from ._resilience import Attempts, Failure, classify, in_doubt_message, run_with
 from ._resources import Resources
 from ._result_size import fit_result
 from ._running import Call, current_body, enter_call, is_own_cancellation, leave_call, new_correlation_id
+from ._sdk import convert_to_content, lowlevel_server_of, output_adapter, subscriptions_of
 from ._settings import CoreSettings
 from ._shutdown import Shutdown
 from ._startup import exit_fatal
@@ -108,9 +108,9 @@ class ServedTool:
         ):
             return metadata.convert_result(value)
         if not self._output or self._output[0][0] is not model:  # rebuilt if the model is reassigned
-            self._output[:] = [(model, metadata._output_adapter(model))]
+            self._output[:] = [(model, output_adapter(metadata, model))]
         adapter = self._output[0][1]
-        content = _convert_to_content(value)
+        content = convert_to_content(value)
         validated = adapter.validate_python(
             {"result": value} if metadata.wrap_output else value, by_alias=True, by_name=True
         )
@@ -319,8 +319,8 @@ class ResilientServer(MCPServer[Any]):
         The low-level Server's public `add_request_handler` also makes it declare the
         capabilities (`logging`, `resources.subscribe`) in the 2025-11-25 handshake.
         """
-        methods = HandshakeEraMethods(self._subscriptions)
-        lowlevel = self._lowlevel_server
+        methods = HandshakeEraMethods(subscriptions_of(self))
+        lowlevel = lowlevel_server_of(self)
         lowlevel.add_request_handler("logging/setLevel", SetLevelRequestParams, methods.set_level)
         if self.primitives.resources:
             lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, methods.subscribe)
@@ -447,7 +447,7 @@ class ResilientServer(MCPServer[Any]):
         """
         tool, spec = served.tool, served.spec
         if context is None and (tool.context_kwarg is not None or tool.resolved_params):
-            context = Context(mcp_server=self, subscriptions=self._subscriptions)
+            context = Context(mcp_server=self, subscriptions=subscriptions_of(self))
         if tool.resolved_params:  # Resolve(...) parameters: only the SDK's own path fills them
             result = await tool.run(arguments, cast(Context[Any, Any], context), convert_result=True)
         else:
@@ -509,7 +509,7 @@ class ResilientServer(MCPServer[Any]):
                 with _stopped_by_signals(stop, sigint=handle_sigint):
                     async with open_stdio(pipes, self.fatal_exit, self._end_of_input) as streams:
                         # MCPServer.run_stdio_async does the same, on fds 0/1 it would restore at exit.
-                        lowlevel = self._lowlevel_server
+                        lowlevel = lowlevel_server_of(self)
                         await lowlevel.run(*streams, lowlevel.create_initialization_options())
                 group.cancel_scope.cancel()  # a drain still waiting has nothing left to wait for
         finally:

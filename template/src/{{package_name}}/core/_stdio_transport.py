@@ -29,11 +29,11 @@ from typing import Any, cast
 import anyio
 import anyio.lowlevel
 from mcp.server.stdio import stdio_server
-from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
 
 from ._fatal_exit import FatalExit, WatchedWriter
 from ._logs import get_logger
+from ._sdk import create_context_streams
 from ._stdio_guard import ProtocolPipes
 from ._stdio_lines import MAX_LINE_BYTES, AnsweringLines, line_too_long, read_line
 
