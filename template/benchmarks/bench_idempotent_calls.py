@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import inspect
 import json
 import os
 import statistics
@@ -45,6 +46,7 @@ from mcp import Client
 project = package("project")
 app = package("core._app")
 startup = package("core._startup")
+owner_settings = package("settings")
 idempotency = package("core._idempotency")
 
 WARM_UP = 50
@@ -207,11 +209,19 @@ class Bench:
 Requests = Callable[[], Awaitable[tuple[str, int] | None]]  # the next (row, round), None: done
 
 
+def load_settings() -> Any:
+    """This checkout's settings: since 0.3 the entry point hands the owner's class in; before, the
+    core found it (run --against 0.2.0)."""
+    if inspect.signature(startup.load_settings).parameters:
+        return startup.load_settings(owner_settings.Settings)
+    return startup.load_settings()
+
+
 async def serve(
     calls: int, in_flight: list[int], tools: ModuleType, requests: Requests, measured: Callable[[Row], None]
 ) -> None:
     """Measure the rows `requests` asks for, in its order, on one server."""
-    server = app.create_server(startup.load_settings(), tools_package=tools)
+    server = app.create_server(load_settings(), tools_package=tools)
     async with Client(server) as client:
         bench = Bench(client, calls, max(in_flight))
         await bench.warm_up()

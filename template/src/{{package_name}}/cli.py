@@ -16,8 +16,12 @@ import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from .project import DESCRIPTION, SLUG, installed_version
+
+if TYPE_CHECKING:
+    from .core._app import OwnerCode
 
 # Commands whose module parses its own arguments (`<command> --help`): name -> (module, summary).
 DELEGATED = {
@@ -26,6 +30,7 @@ DELEGATED = {
     "keys": (".core._keys", "list idempotency keys and settle the ones in doubt"),
     "client-config": (".client_config", "the entry that starts this server in an MCP client"),
 }
+NEEDS_OWNER_CODE = {"budget", "keys"}  # they read the owner's settings (budget builds the server too)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,8 +66,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_delegated(command: str, argv: list[str]) -> int:
     module = importlib.import_module(DELEGATED[command][0], __package__)
-    result: int = module.main(argv)
+    result: int = module.main(argv, owner_code()) if command in NEEDS_OWNER_CODE else module.main(argv)
     return result
+
+
+def owner_code() -> OwnerCode:
+    """The owner's settings class and tools package, imported here at the edge: the core never
+    imports an owner module by name, so it has no import circle through them."""
+    from . import tools
+    from .core._app import OwnerCode
+    from .settings import Settings
+
+    return OwnerCode(settings_class=Settings, tools=tools)
 
 
 def serve(transport: str, host: str, port: int) -> int:
@@ -80,7 +95,7 @@ def serve(transport: str, host: str, port: int) -> int:
 
         from .core._app import build_from_environment
 
-        server = build_from_environment()
+        server = build_from_environment(owner_code())
     if in_terminal:
         # The thread reading a terminal cannot be interrupted: Ctrl+C would wait for a line.
         signal.signal(signal.SIGINT, _stop_at_ctrl_c)
@@ -133,7 +148,7 @@ def check() -> int:
 
     from .core._app import build_from_environment
 
-    server = build_from_environment()
+    server = build_from_environment(owner_code())
     report = anyio.run(server.check_dependencies)
     sys.stdout.write(
         f"OK: settings valid, data directory {server.app_settings.data_dir} writable, "

@@ -5,10 +5,9 @@ Every other module of this package is private (its name starts with `_`) and may
 any template release; tests/core/test_public_api.py pins the names below.
 """
 
-# CoreSettings first: settings.py (owner-owned) imports it from here while the rest loads.
-from ._settings import CoreSettings  # isort: skip
 from mcp.server.mcpserver import Context
 
+from ._current_settings import current_settings
 from ._errors import (
     FatalError,
     Part,
@@ -22,6 +21,7 @@ from ._primitives import completion, prompt, resource
 from ._resources import Check, dependency, lifespan, shared
 from ._running import cancelled
 from ._server import ResilientServer
+from ._settings import CoreSettings
 from ._tool import Reconciled, tool
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "TransientError",
     "cancelled",
     "completion",
+    "current_settings",
     "dependency",
     "lifespan",
     "prompt",

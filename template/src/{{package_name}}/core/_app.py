@@ -1,11 +1,17 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
-"""The app factory: settings in, a ready `ResilientServer` out."""
+"""The app factory: settings and tools in, a ready `ResilientServer` out.
+
+The owner's code (their `Settings` class and `tools` package) is handed in by the entry point
+(`cli.py`): the core imports no owner module by name.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import ModuleType
 
 from ._cache_hints import cache_hints
+from ._current_settings import use_settings
 from ._discovery import discover_primitives, discover_resources, discover_tools
 from ._errors import FatalError
 from ._health import CallStats, CheckResult, HealthCheck, make_health_tool
@@ -25,8 +31,16 @@ from ._tool_filter import declared_tools
 log = get_logger(__name__)
 
 
+@dataclass(frozen=True)
+class OwnerCode:
+    """What the owner wrote: their settings class (`settings.py`) and their tools package."""
+
+    settings_class: type[CoreSettings]
+    tools: ModuleType
+
+
 def create_server(
-    settings: CoreSettings, tools_package: ModuleType | None = None, *, strict: bool | None = None
+    settings: CoreSettings, tools_package: ModuleType, *, strict: bool | None = None
 ) -> ResilientServer:
     """Configure logging, then build the server and register health_check and every tool.
 
@@ -36,10 +50,7 @@ def create_server(
     """
     configure_logging(settings.log_level)
     configure_redaction(settings.redact_keys, settings.redact_patterns)
-    if tools_package is None:
-        from .. import tools
-
-        tools_package = tools
+    use_settings(settings)
     version = installed_version()
     stats = CallStats()
     store = StoreHandle(create_store(settings))
@@ -110,11 +121,11 @@ def create_server(
     )
 
 
-def build_from_environment() -> ResilientServer:
+def build_from_environment(owner: OwnerCode) -> ResilientServer:
     """Settings, start-up checks, then the server; on a FatalError, one line and exit 78."""
     try:
-        settings = load_settings()
+        settings = load_settings(owner.settings_class)
         run_startup_checks(settings)
-        return create_server(settings)
+        return create_server(settings, owner.tools)
     except FatalError as exc:
         exit_fatal(exc)

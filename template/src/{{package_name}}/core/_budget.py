@@ -27,7 +27,7 @@ import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import Tool
@@ -35,6 +35,9 @@ from pydantic import BaseModel
 
 from ._errors import FatalError
 from ._project import PACKAGE, SLUG, TOOL_BUDGET, TOOL_LIST_BYTES_BUDGET
+
+if TYPE_CHECKING:
+    from ._app import OwnerCode
 
 # Chosen at `copier copy` (tool_budget); a pyproject.toml table overrides them. The byte budget allows
 # about 1 KB per tool plus 2 KB for health_check's output schema and the envelope.
@@ -363,18 +366,18 @@ def assert_within_budget(report: BudgetReport) -> None:
         raise AssertionError("\n" + report.table())
 
 
-def build_report(budget: Budget | None = None) -> BudgetReport:
+def build_report(owner: OwnerCode, budget: Budget | None = None) -> BudgetReport:
     """Build this project's server from the environment's settings and measure it."""
     import anyio
 
     from ._app import create_server
     from ._startup import load_settings
 
-    server = create_server(load_settings())
+    server = create_server(load_settings(owner.settings_class), owner.tools)
     return anyio.run(measure, server, budget)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None, owner: OwnerCode) -> int:
     parser = argparse.ArgumentParser(
         prog=f"{SLUG} budget",
         description="Print the tools/list budget table: bytes, ~tokens and problems per tool. "
@@ -399,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "command line",
         )
     try:
-        report = build_report(budget)
+        report = build_report(owner, budget)
     except FatalError as exc:
         sys.stderr.write(f"FATAL: {exc}\n")
         return EXIT_FATAL

@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import anyio
 
@@ -21,6 +21,9 @@ from ._errors import FatalError
 from ._idempotency import IdempotencyStore, KeyRecord, Outcome, create_store
 from ._project import SLUG
 from ._startup import exit_fatal, load_settings
+
+if TYPE_CHECKING:
+    from ._app import OwnerCode
 
 FINGERPRINT_CHARS = 12
 EXIT_NOT_SETTLED = 1
@@ -61,10 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], owner: OwnerCode) -> int:
     args = build_parser().parse_args(argv)
     try:
-        store = create_store(load_settings())
+        store = create_store(load_settings(owner.settings_class))
         code: int = anyio.run(_run, store, args)
     except FatalError as exc:
         exit_fatal(exc)

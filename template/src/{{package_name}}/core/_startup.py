@@ -7,7 +7,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Literal, NoReturn, get_args, get_origin
+from typing import Literal, NoReturn, TypeVar, get_args, get_origin
 
 from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
@@ -20,16 +20,16 @@ from ._settings import CoreSettings
 EXIT_FATAL_AT_STARTUP = 78  # EX_CONFIG from sysexits.h
 EXIT_FATAL_WHILE_SERVING = 70  # EX_SOFTWARE
 _MAX_VALUE_CHARS = 40
+SettingsT = TypeVar("SettingsT", bound=CoreSettings)
 
 
-def load_settings() -> CoreSettings:
-    """Read the owner's `Settings`, turning a validation error into one FatalError line."""
-    from ..settings import Settings
-
+def load_settings(settings_class: type[SettingsT]) -> SettingsT:
+    """Read the owner's settings class (handed in by the entry point), a validation error as one
+    FatalError line."""
     try:
-        return Settings()
+        return settings_class()
     except ValidationError as exc:
-        raise _settings_error(exc, Settings) from None
+        raise _settings_error(exc, settings_class) from None
 
 
 def _holds_no_secret(field: FieldInfo | None) -> bool:
