@@ -2,11 +2,11 @@
 """stdio served from the event loop: the protocol pipes are read and written without threads.
 
 The SDK's stdio transport wraps the pipes in `anyio.wrap_file`, so every read, write and
-flush hops to a worker thread (about 1 ms of CPU per call, where the pipes cost tens of
-microseconds). Here the event loop drives the private descriptors `claim_stdio` set aside
-(asyncio's `connect_read_pipe` / `connect_write_pipe`): requests reach the SDK's server
-through the memory stream its `stdio_server` creates, and the task that answers writes
-its answer to the pipe itself (`WireStream`). What the SDK's loop does is kept:
+flush hops to a worker thread, which costs far more CPU per call than the pipes themselves
+(benchmarks/OVERHEAD.md, over stdio). Here the event loop drives the private descriptors
+`claim_stdio` set aside (asyncio's `connect_read_pipe` / `connect_write_pipe`): requests
+reach the SDK's server through the memory stream its `stdio_server` creates, and the task
+that answers writes its answer to the pipe itself (`WireStream`). What the SDK's loop does is kept:
 UTF-8 with replacement, a last line without a newline still counts, EOF ends the session
 cleanly (once `end_of_input` returned: calls in flight may still answer); only a lone CR
 ends no line here (MCP's stdio messages end in LF). Lines the SDK

@@ -1,8 +1,8 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
-"""Per-call time limits that share one timer: what `asyncio.timeout` does, at a tenth of its cost.
+"""Per-call time limits that share one timer: what `asyncio.timeout` does, for less.
 
 `asyncio.timeout` schedules a timer handle for every call and cancels it when the call
-ends: about 4.5 µs a call on Python 3.11, most of what the time limit costs. Here the
+ends, most of what a time limit costs per call (benchmarks/OVERHEAD.md). Here the
 calls in flight are kept in a set, and one timer waits for the earliest deadline among
 them. A call that ends before its deadline only leaves the set; when the timer fires it
 cancels the tasks whose deadline has passed and waits again for the earliest of the
