@@ -1,3 +1,4 @@
+# Template-owned: `copier update` replaces this file; put your code in tools/.
 """Every private name of the SDK and of uvicorn that the core relies on, each behind one name here.
 
 None of them is public API, so a release may rename one without notice (`mcp>=2.3,<3`). Kept in
