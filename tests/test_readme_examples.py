@@ -1,8 +1,10 @@
 """The generated README's examples: the "Add a tool" snippet passes the project's own checks when
-pasted into a tools module, and no example tool is named like a tool the core's tests declare."""
+pasted into a tools module, no example tool is named like a tool the core's tests declare, and the
+client-config commands run as written."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Callable
@@ -12,12 +14,13 @@ import pytest
 
 from .answers import MATRIX, answers
 from .gitrepo import REPO_ROOT
-from .project_env import ProjectEnv
+from .project_env import ProjectEnv, run
 
 TEMPLATE = REPO_ROOT / "template"
 # An entry whose environment the generated tests create anyway, with a package name of its own.
 ENTRY = "bsd-weather-names"
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def python_blocks(readme: str) -> list[str]:
@@ -66,3 +69,31 @@ def test_the_readme_snippets_pass_ruff_and_mypy_in_a_tools_module(
     copy.run("ruff", "check", str(module))
     copy.run("ruff", "format", "--check", str(module))
     copy.run("mypy", "--strict", str(module))
+
+
+@pytest.mark.generated
+def test_the_readme_client_config_commands_run_as_written(
+    project_env: Callable[[str], ProjectEnv], tmp_path: Path
+) -> None:
+    env = project_env(ENTRY)
+    readme = (env.project / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Plug it into an MCP client\n", 1)[1].split("\n## ", 1)[0]
+    commands = [line for block in BASH_BLOCK.findall(section) for line in block.splitlines() if line.strip()]
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    # Every client's file under this test's directory; a Claude Desktop file someone already uses.
+    environ = {**env.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
+    desktop = home / ".config" / "Claude" / "claude_desktop_config.json"
+    desktop.parent.mkdir(parents=True)
+    desktop.write_text('{"mcpServers": {"other": {"command": "other"}}, "theme": "dark"}', encoding="utf-8")
+
+    for command in commands:
+        run(["bash", "-c", command], work, env=environ, timeout=120)
+
+    installed = json.loads(desktop.read_text(encoding="utf-8"))
+    assert installed["theme"] == "dark"
+    assert list(installed["mcpServers"]) == ["other", "weather-tools"]
+    assert desktop.with_name(desktop.name + ".bak").exists()
+    assert "weather-tools" in json.loads((work / ".mcp.json").read_text(encoding="utf-8"))["mcpServers"]
+    generic = home / ".codeium" / "windsurf" / "mcp_config.json"
+    assert "weather-tools" in json.loads(generic.read_text(encoding="utf-8"))["mcpServers"]

@@ -168,3 +168,80 @@ def test_pre_commit_refuses_what_copier_update_leaves_for_a_hand(
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert says in result.stdout, result.stdout
+
+
+# An owner's module as first typed: imports out of order, a call past the line length.
+UNFORMATTED = '''"""Typed in a hurry."""
+
+import sys
+import os
+
+
+def where() -> str:
+    """Where this runs."""
+    return "-".join([os.sep, sys.platform, WORDS])
+'''.replace("WORDS", ", ".join(['"a-long-enough-literal"'] * 4))
+
+
+def owner_module_in_a_copy(rendered_project: RenderedProject, tmp_path: Path) -> tuple[Path, Path]:
+    project = tmp_path / "project"
+    shutil.copytree(rendered_project("defaults"), project)
+    module = project / "src" / PACKAGE / "tools" / "typed_in_a_hurry.py"
+    module.write_text(UNFORMATTED, encoding="utf-8")
+    return project, module
+
+
+def tools_on_path() -> dict[str, str]:
+    """This environment's pinned ruff and pre-commit-hooks first on the PATH, as in the project's venv."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def assert_lint_clean(module: Path, project: Path) -> None:
+    assert module.read_text(encoding="utf-8") != UNFORMATTED
+    for check in (["check"], ["format", "--check"]):
+        checked = ruff(*check, str(module), cwd=project)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_nox_fmt_fixes_and_formats_what_lint_would_fail_on(
+    rendered_project: RenderedProject, tmp_path: Path
+) -> None:
+    project, module = owner_module_in_a_copy(rendered_project, tmp_path)
+    assert ruff("check", str(module), cwd=project).returncode == 1
+
+    # The session itself, with the tools of this environment instead of a venv of its own.
+    formatted = subprocess.run(
+        [sys.executable, "-m", "nox", "-s", "fmt", "--no-venv", "--no-install", "--", str(module)],
+        cwd=project,
+        env=tools_on_path(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+    assert formatted.returncode == 0, formatted.stdout + formatted.stderr
+    assert_lint_clean(module, project)
+
+
+def test_the_pre_commit_hooks_fix_and_format_a_module(
+    rendered_project: RenderedProject, tmp_path: Path
+) -> None:
+    project, module = owner_module_in_a_copy(rendered_project, tmp_path)
+    init_and_commit(project, "Project")
+    relpath = str(module.relative_to(project))
+    env = {**tools_on_path(), "PRE_COMMIT_HOME": str(tmp_path / "pre-commit")}
+
+    for hook in ("ruff", "ruff-format"):
+        fixed = subprocess.run(
+            [sys.executable, "-m", "pre_commit", "run", hook, "--files", relpath],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        assert "files were modified by this hook" in fixed.stdout, fixed.stdout
+
+    assert_lint_clean(module, project)

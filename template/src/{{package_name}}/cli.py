@@ -28,7 +28,7 @@ DELEGATED = {
     "diagnose": (".diagnose", "handshake diagnostics of this (or any) server; one JSON report"),
     "budget": (".core._budget", "the tools/list budget table; non-zero when over budget"),
     "keys": (".core._keys", "list idempotency keys and settle the ones in doubt"),
-    "client-config": (".client_config", "the entry that starts this server in an MCP client"),
+    "client-config": (".client_config", "the entry that starts this server in an MCP client; --install"),
 }
 NEEDS_OWNER_CODE = {"budget", "keys"}  # they read the owner's settings (budget builds the server too)
 
@@ -131,7 +131,7 @@ def terminal_hint() -> str:
         "not for typed commands.\n"
         f"  Try it:  {SLUG} diagnose   (starts it, handshakes, prints one JSON report)\n"
         f"           npx @modelcontextprotocol/inspector {SLUG}   (the MCP Inspector, in a browser)\n"
-        f"  Use it:  {SLUG} client-config claude-desktop   (or claude-code, cursor, vscode)\n"
+        f"  Use it:  {SLUG} client-config claude-desktop --install   (or claude-code, cursor, vscode)\n"
         "  Stop it: Ctrl+D (end of input) or Ctrl+C\n"
     )
 

@@ -1,11 +1,12 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
-"""`<command> client-config CLIENT [--http URL]`: the entry an MCP client needs for this server.
+"""`<command> client-config CLIENT [--http URL] [--install [--dry-run]] [--file PATH]`.
 
-Prints the JSON to merge into the client's configuration file on stdout, and on stderr
-the file it goes in on this operating system. Standard library only: it must answer
-even when the SDK is broken. Over stdio the entry starts this installation's command
-by its absolute path (clients do not search the PATH of your shell) with the
-`<PREFIX>*` settings of the current environment.
+The entry an MCP client needs for this server. Prints the JSON to merge into the client's
+configuration file on stdout, and on stderr the file it goes in on this operating system;
+`--install` merges it into that file (`client_config_file`), `--dry-run` shows the change
+instead. Standard library only: it must answer even when the SDK is broken. Over stdio the
+entry starts this installation's command by its absolute path (clients do not search the
+PATH of your shell) with the `<PREFIX>*` settings of the current environment.
 """
 
 from __future__ import annotations
@@ -21,10 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .client_config_file import UnreadableConfig, merge, write
 from .project import ENV_PREFIX, IDEMPOTENCY_BACKEND, PACKAGE, SLUG
 
-CLIENTS = ("claude-desktop", "claude-code", "cursor", "vscode")
+# `generic`: the "mcpServers" file most other clients read, at the path given with --file.
+CLIENTS = ("claude-desktop", "claude-code", "cursor", "vscode", "generic")
 EXIT_USAGE = 2
+EXIT_REFUSED = 1
+PLACEHOLDER_DATABASE_URL = "postgresql://USER:PASSWORD@HOST:5432/DBNAME"
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|DATABASE_URL|API_KEY", re.IGNORECASE)
 
 
@@ -37,8 +42,13 @@ class ClientConfig:
     """What to add, and where."""
 
     snippet: dict[str, Any]
-    path: Path
+    path: Path | None  # None: no standard file (generic without --file)
     how: str
+    then: str  # what to do once it is installed
+
+    @property
+    def servers_key(self) -> str:
+        return next(iter(self.snippet))
 
 
 @dataclass(frozen=True)
@@ -56,7 +66,7 @@ def installed_launch(environ: Mapping[str, str]) -> Launch:
     script = Path(sysconfig.get_path("scripts")) / f"{SLUG}{suffix}"
     env = {name: value for name, value in sorted(environ.items()) if name.startswith(ENV_PREFIX)}
     if IDEMPOTENCY_BACKEND == "postgres":
-        env.setdefault(f"{ENV_PREFIX}DATABASE_URL", "postgresql://USER:PASSWORD@HOST:5432/DBNAME")
+        env.setdefault(f"{ENV_PREFIX}DATABASE_URL", PLACEHOLDER_DATABASE_URL)
     if script.is_file():
         return Launch(os.path.abspath(script), ["serve"], env)
     return Launch(os.path.abspath(sys.executable), ["-m", PACKAGE, "serve"], env)
@@ -87,6 +97,7 @@ def config_for(
             {"mcpServers": {SLUG: stdio}},
             _config_home(environ, home) / "Claude" / "claude_desktop_config.json",
             f'merge it into the file\'s "mcpServers", then restart Claude Desktop{unofficial}',
+            f"restart Claude Desktop{unofficial}",
         )
     if client == "claude-code":
         entry = {"type": "http", "url": http_url} if http_url else {"type": "stdio", **stdio}
@@ -99,6 +110,7 @@ def config_for(
             {"mcpServers": {SLUG: entry}},
             cwd / ".mcp.json",
             f'merge it into the file\'s "mcpServers" (project scope), or run: {command}',
+            "Claude Code asks to approve the project's servers when it next starts in this directory",
         )
     if client == "cursor":
         entry = {"url": http_url} if http_url else stdio
@@ -106,6 +118,7 @@ def config_for(
             {"mcpServers": {SLUG: entry}},
             home / ".cursor" / "mcp.json",
             'merge it into the file\'s "mcpServers" (or into .cursor/mcp.json of one project)',
+            "Cursor lists it under Settings > MCP",
         )
     if client == "vscode":
         entry = {"type": "http", "url": http_url} if http_url else {"type": "stdio", **stdio}
@@ -113,6 +126,14 @@ def config_for(
             {"servers": {SLUG: entry}},
             cwd / ".vscode" / "mcp.json",
             'merge it into the file\'s "servers" (for every workspace: "MCP: Open User Configuration")',
+            'start it from VS Code\'s "MCP: List Servers"',
+        )
+    if client == "generic":
+        return ClientConfig(
+            {"mcpServers": {SLUG: {"url": http_url} if http_url else stdio}},
+            None,
+            'merge it into the file\'s "mcpServers"; --install --file PATH does that for you',
+            "restart the client",
         )
     raise UsageError(f"unknown client {client!r}: choose one of {', '.join(CLIENTS)}")
 
@@ -124,6 +145,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("client", choices=CLIENTS, metavar="CLIENT", help=f"one of: {', '.join(CLIENTS)}")
     parser.add_argument("--http", metavar="URL", help="a running server's /mcp URL instead of stdio")
+    parser.add_argument(
+        "--install",
+        action="store_true",
+        help="merge the entry into the client's file, keeping its other entries and a backup beside it",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="with --install: print the change to the file, write nothing"
+    )
+    parser.add_argument(
+        "--file", metavar="PATH", type=Path, help="the configuration file to use instead of the client's"
+    )
     return parser
 
 
@@ -135,19 +167,51 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(
                 f"--http {http_url!r} is not a URL: give the server's, e.g. http://127.0.0.1:8000/mcp"
             )
+        if args.dry_run and not args.install:
+            raise UsageError("--dry-run shows what --install would write: give both")
         launch = installed_launch(os.environ)
         config = config_for(
             args.client, launch, http_url, environ=os.environ, home=Path.home(), cwd=Path.cwd()
         )
+        path: Path | None = args.file.absolute() if args.file else config.path
+        if args.install and path is None:
+            raise UsageError(f"{args.client} has no standard file: give it with --file PATH")
     except UsageError as exc:
         sys.stderr.write(f"{SLUG} client-config: {exc}\n")
         return EXIT_USAGE
-    sys.stdout.write(json.dumps(config.snippet, indent=2) + "\n")
-    sys.stderr.write(f"# goes in {config.path}: {config.how}\n")
+    if args.install and path is not None:  # a path is given or known: checked above
+        try:
+            status = install(config, path, dry_run=args.dry_run)
+        except (UnreadableConfig, OSError) as exc:
+            sys.stderr.write(f"{SLUG} client-config: {exc}\n")
+            return EXIT_REFUSED
+    else:
+        sys.stdout.write(json.dumps(config.snippet, indent=2) + "\n")
+        where = path or "your client's mcp.json"
+        status = f"# goes in {where}: {config.how}\n"
+    sys.stderr.write(status)
     secrets = sorted(name for name in launch.env if _SECRET_NAME.search(name)) if http_url is None else []
     if secrets:
         sys.stderr.write(f"# it holds {', '.join(secrets)}: keep that file private\n")
+    if launch.env.get(f"{ENV_PREFIX}DATABASE_URL") == PLACEHOLDER_DATABASE_URL and http_url is None:
+        sys.stderr.write(
+            f"# its {ENV_PREFIX}DATABASE_URL is a placeholder: export the real one and run this again\n"
+        )
     return 0
+
+
+def install(config: ClientConfig, path: Path, *, dry_run: bool) -> str:
+    """Merge the entry into `path` (or print the change, dry-run); what was done, for stderr."""
+    merged = merge(path, config.servers_key, SLUG, config.snippet[config.servers_key][SLUG])
+    if not merged.changed:
+        return f"# {path} has this entry already: nothing to write\n"
+    if dry_run:
+        sys.stdout.write(merged.diff())
+        return f"# --dry-run: {path} was not written; without --dry-run it gets the change above\n"
+    backup = write(merged)
+    done = "replaced the entry" if merged.replaced else "added the entry"
+    kept = f" (the old file is {backup})" if backup else ""
+    return f"# {done} {SLUG!r} in {path}{kept}: {config.then}\n"
 
 
 if __name__ == "__main__":

@@ -52,9 +52,10 @@ import sys
 from collections.abc import Sequence
 
 from .exit_codes import EXIT_USAGE
+from .progress import PROGRESS_AFTER_S, to_stderr
 from .report import diagnose_http, diagnose_stdio
 from .session import DEFAULT_TIMEOUT_S
-from .this_project import PACKAGE, default_command
+from .this_project import ENV_PREFIX, PACKAGE, default_command
 
 
 def _prog() -> str:
@@ -71,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
         usage="%(prog)s [--timeout S] [--http URL | -- CMD [ARG ...]]",
         description="Start an MCP server (default: this project's), try both protocol eras over raw\n"
         "JSON-RPC, and print one JSON report: handshake, tools, health_check, stdout noise,\n"
-        "stderr tail, and hints that name the likely cause and the fix.",
+        "stderr tail, and hints that name the likely cause and the fix. A step that takes more\n"
+        f"than {PROGRESS_AFTER_S:g} s is named on stderr while it waits.",
         epilog="exit codes:\n" + doc.split("Exit codes:\n", 1)[-1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -82,7 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help=f"seconds to wait for each answer (default: {DEFAULT_TIMEOUT_S:g})",
     )
-    parser.add_argument("--http", metavar="URL", help="diagnose a Streamable HTTP endpoint instead")
+    token = f"{ENV_PREFIX or '<PREFIX>'}DIAGNOSE_TOKEN (else {ENV_PREFIX or '<PREFIX>'}BEARER_TOKEN)"
+    parser.add_argument(
+        "--http",
+        metavar="URL",
+        help=f"diagnose a Streamable HTTP endpoint instead; the token in {token} goes as a bearer token",
+    )
     return parser
 
 
@@ -112,11 +119,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("give either --http URL or a command after --, not both")
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else 0
+    progress = to_stderr()
     if options.http:
-        diagnosis = diagnose_http(options.http, timeout=options.timeout)
+        diagnosis = diagnose_http(options.http, timeout=options.timeout, progress=progress)
     else:
         diagnosis = diagnose_stdio(
-            command or default_command(), timeout=options.timeout, require_all_eras=not command
+            command or default_command(),
+            timeout=options.timeout,
+            require_all_eras=not command,
+            progress=progress,
         )
     report = diagnosis.report()
     sys.stdout.write(json.dumps(report, indent=2) + "\n")

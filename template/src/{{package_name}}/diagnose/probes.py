@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .eras import MODERN, Era, JsonRpcSession, open_session, with_envelope
+from .progress import QUIET, Progress
 from .session import HttpFailure, HttpSession, NoAnswer, RawStdioSession, ServerClosed
 
 _MAX_EXIT_GRACE_S = 5.0
@@ -66,11 +67,21 @@ class EraProbe:
         return summary
 
 
-def converse(session: JsonRpcSession, probe: EraProbe, *, timeout: float, started: float) -> None:
+def converse(
+    session: JsonRpcSession,
+    probe: EraProbe,
+    *,
+    timeout: float,
+    started: float,
+    progress: Progress = QUIET,
+    first: str = "the server's answer to",
+) -> None:
     """Handshake, tools/list, health_check; stops at the first failure, recording it."""
     step = "server/discover" if probe.era == MODERN else "initialize"
+    bound = f"({probe.era} era; gives up after {timeout:g} s)"
     try:
-        response = open_session(session, probe.era, timeout=timeout)
+        with progress.waiting(f"{first} {step} {bound}"):
+            response = open_session(session, probe.era, timeout=timeout)
         probe.first_answer_ms = round((time.monotonic() - started) * 1000)
         if "error" in response:
             _fail(probe, "rejected", step, _error_text(response))
@@ -81,7 +92,8 @@ def converse(session: JsonRpcSession, probe: EraProbe, *, timeout: float, starte
         probe.server_info = _server_info(result)
 
         step = "tools/list"
-        tools, size, error = list_tools(session, probe.era, timeout=timeout)
+        with progress.waiting(f"the server's answer to {step} {bound}"):
+            tools, size, error = list_tools(session, probe.era, timeout=timeout)
         probe.tool_names = [str(tool.get("name")) for tool in tools]
         probe.tools_list_bytes = size
         if error is not None:
@@ -91,7 +103,8 @@ def converse(session: JsonRpcSession, probe: EraProbe, *, timeout: float, starte
         if "health_check" in probe.tool_names:
             step = "tools/call health_check"
             params = with_envelope(probe.era, {"name": "health_check", "arguments": {}})
-            response = session.request("tools/call", params, timeout=timeout)
+            with progress.waiting(f"the server's answer to {step} {bound}"):
+                response = session.request("tools/call", params, timeout=timeout)
             if "error" in response:
                 _fail(probe, "rejected", step, _error_text(response))
                 return
@@ -163,7 +176,9 @@ def _health(result: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     return {"isError": False}, "ok"
 
 
-def probe_stdio(argv: Sequence[str], era: Era, *, timeout: float, env: Mapping[str, str]) -> EraProbe:
+def probe_stdio(
+    argv: Sequence[str], era: Era, *, timeout: float, env: Mapping[str, str], progress: Progress = QUIET
+) -> EraProbe:
     """Start the command, talk one era, close its stdin, collect exit code, noise and stderr."""
     probe = EraProbe(era)
     started = time.monotonic()
@@ -173,11 +188,13 @@ def probe_stdio(argv: Sequence[str], era: Era, *, timeout: float, env: Mapping[s
         _fail(probe, "not_started", "start", f"cannot start {argv[0]!r}: {exc.strerror or exc}")
         return probe
     try:
-        converse(session, probe, timeout=timeout, started=started)
+        first = "the server to start and answer"
+        converse(session, probe, timeout=timeout, started=started, progress=progress, first=first)
     finally:
         # A server that never answered gets a short grace: it is stuck, not shutting down.
-        grace = 1.0 if probe.failure == "timeout" else _MAX_EXIT_GRACE_S
-        code = session.close(timeout=min(timeout, grace))
+        grace = min(timeout, 1.0 if probe.failure == "timeout" else _MAX_EXIT_GRACE_S)
+        with progress.waiting(f"the server to exit now that its stdin is closed (killed after {grace:g} s)"):
+            code = session.close(timeout=grace)
     probe.exit_code, probe.killed = code, code is None
     if probe.failure == "closed":
         ended = "was killed" if code is None else f"exited with {code}"
@@ -188,10 +205,10 @@ def probe_stdio(argv: Sequence[str], era: Era, *, timeout: float, env: Mapping[s
     return probe
 
 
-def probe_http(url: str, era: Era, *, timeout: float) -> EraProbe:
+def probe_http(url: str, era: Era, *, timeout: float, progress: Progress = QUIET) -> EraProbe:
     probe = EraProbe(era)
     session = HttpSession(url, era, timeout)
-    converse(session, probe, timeout=timeout, started=time.monotonic())
+    converse(session, probe, timeout=timeout, started=time.monotonic(), progress=progress)
     session.close()
     probe.noise = list(session.noise)
     return probe

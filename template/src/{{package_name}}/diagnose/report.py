@@ -26,6 +26,7 @@ from .exit_codes import (
 )
 from .hints import FATAL_LINE, clip, exception_line, last_line, noise_hints, probe_hints, stderr_hints
 from .probes import EraProbe, probe_http, probe_stdio
+from .progress import QUIET, Progress
 from .session import unbuffered_free_env
 
 _MAX_NOISE_LINES = 20
@@ -199,13 +200,18 @@ def _worst_exit(codes: Sequence[int | None]) -> int | None:
 
 
 def diagnose_stdio(
-    argv: Sequence[str], *, timeout: float, require_all_eras: bool, env: Mapping[str, str] | None = None
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    require_all_eras: bool,
+    env: Mapping[str, str] | None = None,
+    progress: Progress = QUIET,
 ) -> Diagnosis:
     environment = dict(env) if env is not None else unbuffered_free_env()
-    probes = [probe_stdio(argv, era, timeout=timeout, env=environment) for era in ERAS]
+    probes = [probe_stdio(argv, era, timeout=timeout, env=environment, progress=progress) for era in ERAS]
     return Diagnosis({"command": list(argv)}, probes, timeout, False, require_all_eras)
 
 
-def diagnose_http(url: str, *, timeout: float) -> Diagnosis:
-    probes = [probe_http(url, era, timeout=timeout) for era in ERAS]
+def diagnose_http(url: str, *, timeout: float, progress: Progress = QUIET) -> Diagnosis:
+    probes = [probe_http(url, era, timeout=timeout, progress=progress) for era in ERAS]
     return Diagnosis({"url": url}, probes, timeout, True, False)
