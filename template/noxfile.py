@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -28,6 +30,16 @@ def lint(session: nox.Session) -> None:
     session.install(*DEV_TOOLS)
     session.run("ruff", "check", ".", *session.posargs)
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(default=False)
+def fmt(session: nox.Session) -> None:
+    """Fix what ruff can (imports, upgrades, then formatting); fails on what is left for your hand."""
+    session.install(*DEV_TOOLS)
+    paths = session.posargs or ["."]
+    session.run("ruff", "check", "--fix", "--exit-zero", "--silent", *paths)
+    session.run("ruff", "format", *paths)
+    session.run("ruff", "check", *paths)
 
 
 @nox.session
@@ -72,6 +84,20 @@ def budget(session: nox.Session) -> None:
     """Print the tools/list budget table; fails when over budget or a tool has a problem."""
     session.install("-e", ".")
     session.run(COMMAND, "budget", *session.posargs)
+
+
+# Rendered in postgres projects only; the same server the tests start when they have no URL.
+LOCAL_POSTGRES = Path(__file__).with_name("tests") / "core" / "local_postgres.py"
+
+
+@nox.session(default=False, venv_backend=None if LOCAL_POSTGRES.exists() else "none")
+def db(session: nox.Session) -> None:
+    """A local PostgreSQL (postgres backend), kept in .nox/postgres: prints the URL to export; `-- stop`."""
+    if not LOCAL_POSTGRES.exists():
+        session.error("this project keeps its idempotency keys in SQLite: it needs no database server")
+    # pgserver's bundled PostgreSQL where it has wheels (as pyproject.toml's dev extra); else the system's.
+    session.install("pgserver>=0.1.4; python_version < '3.13'")
+    session.run("python", str(LOCAL_POSTGRES), *session.posargs)
 
 
 @nox.session(default=False)
@@ -123,6 +149,33 @@ def soak(session: nox.Session) -> None:
     """Side-effecting calls while the server is killed at random; fails on duplicated or lost effects."""
     session.install("-e", ".[dev]")
     session.run("python", "benchmarks/soak.py", *session.posargs)
+
+
+# The bundle's CLI from npm (npx), pinned: `pack` writes the format that version knows.
+MCPB_CLI = "@anthropic-ai/mcpb@2.1.2"
+
+
+@nox.session(python=False, default=False)
+def mcpb(session: nox.Session) -> None:
+    """The MCP bundle for desktop clients: dist/<slug>-<version>.mcpb (manifest 0.4, `uv` server type).
+
+    Only what uv needs to install the server goes in (pyproject.toml, README, LICENSE, src/), with
+    mcpb/manifest.json at the version pyproject.toml says; the mcpb CLI (npx) validates and packs it.
+    """
+    version = PROJECT["version"]
+    stage = Path("build", "mcpb")
+    shutil.rmtree(stage, ignore_errors=True)
+    shutil.copytree("src", stage / "src", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if Path(name).exists():
+            shutil.copy2(name, stage / name)
+    manifest = json.loads(Path("mcpb", "manifest.json").read_text(encoding="utf-8"))
+    manifest["version"] = version
+    (stage / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    bundle = Path("dist", f"{PROJECT['name']}-{version}.mcpb")
+    bundle.parent.mkdir(exist_ok=True)
+    session.run("npx", "--yes", MCPB_CLI, "validate", str(stage / "manifest.json"), external=True)
+    session.run("npx", "--yes", MCPB_CLI, "pack", str(stage), str(bundle), external=True)
 
 
 @nox.session(default=False)

@@ -16,6 +16,7 @@ DEFAULT_ANSWERS: dict[str, Any] = {
     "author_name": "Example Author",
     "author_email": "author@example.com",
     "repository_url": "https://github.com/example-author/example-tools",
+    "public_url": "",
     "license": "MIT",
     "python_version": "3.11",
     "env_prefix": "EXAMPLE_TOOLS_",
@@ -48,6 +49,7 @@ MATRIX: dict[str, dict[str, Any]] = {
         "description": 'Forecasts for "any" city, {braces} included.',
         "author_name": "Zoë O'Brien",
         "repository_url": "https://github.com/zoe-obrien/weather-tools",
+        "public_url": "https://weather.example.org/mcp",
     },
     "proprietary-postgres": {"license": "Proprietary", "idempotency_backend": "postgres"},
 }
