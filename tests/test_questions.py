@@ -89,7 +89,7 @@ REJECTED: list[tuple[str, Any, list[str]]] = [
     ("package_name", "typing_extensions", ["shadow", "package this server depends on"]),
     ("package_name", "psycopg", ["shadow", "package this server depends on"]),  # postgres backend
     ("package_name", "pytest", ["shadow", "package this server depends on"]),  # dev extra
-    ("package_name", "requests", ["shadow", "popular 'requests' package", "choose another name"]),
+    ("package_name", "flask", ["shadow", "popular 'flask' package", "choose another name"]),
     ("package_name", "numpy", ["shadow", "popular 'numpy' package"]),
     ("package_name", "tests", ["the generated project uses itself", "choose another name"]),
     ("package_name", "sample_tools", ["the generated project uses itself"]),
