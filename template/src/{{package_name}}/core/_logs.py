@@ -19,7 +19,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from json.encoder import encode_basestring_ascii as _quote
 from typing import Any, TextIO, cast
 
@@ -29,7 +29,15 @@ from ._redaction import REDACTED, is_secret_name, redact_text
 from ._running import current_call
 from ._stderr_writer import NonBlockingStderr
 
-__all__ = ["REDACTED", "call_line", "configure_logging", "get_logger", "log_call", "redact_secrets"]
+__all__ = [
+    "REDACTED",
+    "call_line",
+    "configure_logging",
+    "correlate_traces",
+    "get_logger",
+    "log_call",
+    "redact_secrets",
+]
 
 # Fields the core fills with values it made itself (never a secret): skipped on the hot path.
 _OWN_FIELDS = frozenset({"timestamp", "level", "correlation_id", "outcome", "category", "logger"})
@@ -80,6 +88,27 @@ def add_call_fields(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mu
     return event_dict
 
 
+TraceIds = Callable[[], tuple[str, str] | None]
+# The current span's (trace_id, span_id), set by `_telemetry` when traces are exported: None, no lookup.
+_trace_ids: TraceIds | None = None
+
+
+def correlate_traces(trace_ids: TraceIds | None) -> None:
+    """From now on, every line written inside a recording span carries its trace and span id."""
+    global _trace_ids
+    _trace_ids = trace_ids
+
+
+def add_trace_ids(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """The ids that find this line's trace (W3C hex), when traces are exported and a span records."""
+    if _trace_ids is not None:
+        ids = _trace_ids()
+        if ids is not None:
+            event_dict.setdefault("trace_id", ids[0])
+            event_dict.setdefault("span_id", ids[1])
+    return event_dict
+
+
 _call_lines = True  # whether the level lets info lines through; set by configure_logging
 _second: tuple[int, bytes] = (0, b"")  # the last whole second seen, as ISO text: one strftime a second
 # The line's constant pieces, encoded once: up to the correlation id by tool name, and from the
@@ -98,10 +127,12 @@ def call_line(
     attempts: int,
     subject: str | None,
     now_ns: int,
+    trace_ids: tuple[str, str] | None = None,
 ) -> bytes:
     """The call's JSON line, encoded: the fields and values the processor chain gives them.
 
     Pure ASCII (`_quote` escapes the rest as JSON's `ensure_ascii` does), so no encoder runs.
+    `trace_ids` are hex the core formatted itself: written as they are.
     """
     global _second
     head = _HEADS.get(tool)
@@ -116,6 +147,8 @@ def call_line(
             f'","outcome":{_quote(outcome)},"category":{category_json},"duration_ms":'.encode()
         )
     who = b"" if subject is None else f',"subject":{_quote(redact_text(subject))}'.encode()
+    if trace_ids is not None:
+        who += b',"trace_id":"%b","span_id":"%b"' % (trace_ids[0].encode(), trace_ids[1].encode())
     whole, micros = divmod(now_ns // 1000, 1_000_000)
     if whole != _second[0]:
         _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)).encode())
@@ -149,7 +182,10 @@ def log_call(
     """
     if not _call_lines:
         return
-    line = call_line(tool, correlation_id, outcome, category, duration_ms, attempts, subject, time.time_ns())
+    ids = None if _trace_ids is None else _trace_ids()
+    line = call_line(
+        tool, correlation_id, outcome, category, duration_ms, attempts, subject, time.time_ns(), ids
+    )
     stream = sys.stderr
     if type(stream) is NonBlockingStderr:  # serving: the encoded line, in one os.write
         stream.write_bytes(line)
@@ -177,6 +213,7 @@ def configure_logging(level: str = "info") -> None:
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         add_call_fields,
+        add_trace_ids,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]

@@ -75,6 +75,7 @@ from ._shutdown import Shutdown
 from ._startup import exit_fatal
 from ._stdio_guard import ProtocolPipes
 from ._stdio_transport import open_stdio
+from ._telemetry import Telemetry, start_telemetry
 from ._time_limit import TimeLimits, time_limits
 from ._tool import ToolSpec
 from ._validation import ArgumentValidator, harden_schema, unknown_tool_message, without_titles
@@ -218,6 +219,7 @@ class ResilientServer(MCPServer[Any]):
         self.limits = CallLimits(
             rate_limit=app_settings.rate_limit, max_concurrent_calls=app_settings.max_concurrent_calls
         )
+        self.telemetry: Telemetry | None = None  # started when serving, if METRICS or OTEL_* ask for it
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -248,6 +250,8 @@ class ResilientServer(MCPServer[Any]):
                 outcome = await self._call(served, name, arguments, context, correlation_id, subject)
         except MCPError as exc:  # raised on purpose: the client gets that JSON-RPC error, in both eras
             write_call_line(started, tool, correlation_id, "protocol_error", None, 1, subject)
+            if self.telemetry is not None:
+                self.telemetry.tool_call(served, correlation_id, None)
             log.info("tool_protocol_error", tool=tool, correlation_id=correlation_id, code=exc.error.code)
             raise
         except BaseException as exc:  # a bug in this layer or a store: still an answer, never a leak
@@ -272,6 +276,8 @@ class ResilientServer(MCPServer[Any]):
             outcome.count,
             subject,
         )
+        if self.telemetry is not None:
+            self.telemetry.tool_call(served, correlation_id, outcome)
         if failure is None:
             assert outcome.result is not None
             return outcome.result
@@ -469,6 +475,17 @@ class ResilientServer(MCPServer[Any]):
         limit = spec.max_result_bytes or self.app_settings.max_result_bytes
         return fit_result(result, limit, spec.name, side_effect=spec.side_effect)
 
+    def start_telemetry(self) -> None:
+        """Exporters and the metrics listener, when configured; exit 78 if they cannot start."""
+        try:
+            self.telemetry = start_telemetry(self)
+        except FatalError as exc:
+            exit_fatal(exc)
+
+    def stop_telemetry(self) -> None:
+        if self.telemetry is not None:
+            self.telemetry.stop()
+
     async def open_dependencies(self) -> None:
         """Start-up checks that need the event loop: the store and the owner's lifespans open,
         the owner's dependency checks run once; a FatalError from any of them exits 78."""
@@ -501,6 +518,7 @@ class ResilientServer(MCPServer[Any]):
 
         `handle_sigint=False` leaves SIGINT to the caller (in a terminal, Ctrl+C exits at once).
         """
+        self.start_telemetry()
         await self.open_dependencies()
         self.fatal_exit = FatalExit()
         try:
@@ -513,6 +531,7 @@ class ResilientServer(MCPServer[Any]):
                         await lowlevel.run(*streams, lowlevel.create_initialization_options())
                 group.cancel_scope.cancel()  # a drain still waiting has nothing left to wait for
         finally:
+            self.stop_telemetry()
             await self.close_dependencies()
         self.shutdown.finished()
 
@@ -536,11 +555,13 @@ class ResilientServer(MCPServer[Any]):
         from ._http_server import check_http_settings, serve_http
 
         check_http_settings(self, host, port)  # before any dependency opens: exit 78
+        self.start_telemetry()
         await self.open_dependencies()
         self.fatal_exit = FatalExit(grace_s=1.0)
         try:
             await serve_http(self, host, port)
         finally:
+            self.stop_telemetry()
             await self.close_dependencies()
         self.shutdown.finished()
 

@@ -58,6 +58,10 @@ class CoreSettings(BaseSettings):
     )
     rate_limit: float = Field(0.0, ge=0, description="calls per minute per caller (token bucket; 0: off)")
     max_concurrent_calls: int = Field(64, gt=0, description="calls running at once; more are rate_limited")
+    metrics: bool = Field(False, description="serve Prometheus metrics (/metrics) on METRICS_ADDRESS")
+    metrics_address: str = Field(
+        "127.0.0.1:9464", description="host:port of the metrics listener (its own; never the MCP port)"
+    )
 
     # HTTP (serve --transport http): who may reach the server and how much it takes.
     allowed_hosts: CommaList = Field(
