@@ -64,12 +64,17 @@ def tests(session: nox.Session) -> None:
 def core(session: nox.Session) -> None:
     """The template's whole core suite (tests/core): what `copier update` brings must pass here.
 
-    `nox -s core -- tests/core/test_health.py` runs only the tests named; other arguments
-    (`-x`, `-k heartbeat`) go to pytest with the whole suite.
+    `nox -s core -- tests/core/test_health.py` runs only the tests named, in one process; other
+    arguments (`-x`, `-k heartbeat`) go to pytest with the whole suite, spread over every CPU
+    (pytest-xdist; `-n 0` runs it in one process).
     """
     session.install("-e", ".[dev]")
     named = any(Path(arg.split("::")[0]).exists() for arg in session.posargs)
-    session.run("pytest", *([] if named else ["tests/core"]), *session.posargs)
+    if named:
+        session.run("pytest", *session.posargs)
+        return
+    chosen = any(arg.startswith(("-n", "--numprocesses")) for arg in session.posargs)
+    session.run("pytest", "tests/core", *([] if chosen else ["-n", "auto"]), *session.posargs)
 
 
 @nox.session(default=False)

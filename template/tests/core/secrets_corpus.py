@@ -57,6 +57,9 @@ JWT_SIGNATURE = _chars(_URL_SAFE, 43)
 JWT = f"eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.{JWT_PAYLOAD}.{JWT_SIGNATURE}"
 BLOB = base64.b64encode(b"a private blob: 48 bytes that should never leak!").decode()
 GITHUB_TOKEN = "ghp" + "_" + _chars(_ALNUM, 36)
+# An AWS secret access key with more separators than the usual example's two (real ones hold up to ~6).
+AWS_SECRET_SLASHED = "/".join(_chars(_ALNUM, 7) for _ in range(5)) + "+" + _chars(_ALNUM, 4)
+AWS_TEMPORARY_KEY_ID = "ASIA" + _chars("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)
 
 FORMS: tuple[Planted, ...] = (
     Planted("pem_rsa", f"could not load key:\n{RSA_KEY}\n", RSA_BODY),
@@ -122,6 +125,12 @@ FORMS: tuple[Planted, ...] = (
         (AWS_SECRET, "AKIAIOSFODNN7EXAMPLE"),
     ),
     Planted(
+        "aws_secret_key_slashed",
+        f"aws configure got {AWS_SECRET_SLASHED} and refused it",
+        (AWS_SECRET_SLASHED,),
+    ),
+    Planted("aws_temporary_key_id", f"session {AWS_TEMPORARY_KEY_ID} expired", (AWS_TEMPORARY_KEY_ID,)),
+    Planted(
         "slack_webhook", f"POST https://hooks.slack.com/services/{SLACK_PATH} answered 404", (SLACK_PATH,)
     ),
     Planted("sendgrid_key", f"mail relay refused key {SENDGRID_KEY}", (SENDGRID_KEY,)),
@@ -133,6 +142,11 @@ FORMS: tuple[Planted, ...] = (
     ),
     Planted("authorization_bearer_short", "Authorization: Bearer Q7x", ("Q7x",)),
     Planted("authorization_basic", "Authorization: Basic YWRhOkx1djNsYWNl", ("YWRhOkx1djNsYWNl",)),
+    # The credentials without a header's name before them: only their scheme says what they are.
+    Planted(
+        "bearer_without_header", "retried with bearer Zq7RtY4vKp9fQx2L after a 401", ("Zq7RtY4vKp9fQx2L",)
+    ),
+    Planted("basic_without_header", "the proxy wants Basic cm9vdDpodW50ZXIy here", ("cm9vdDpodW50ZXIy",)),
     Planted(
         "cookie_header",
         "sent Cookie: sid=Ck1eVal9; csrftoken=Zyx9W87q to the upstream",

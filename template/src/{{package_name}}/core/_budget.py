@@ -35,6 +35,7 @@ from pydantic import BaseModel
 
 from ._errors import FatalError
 from ._project import PACKAGE, SLUG, TOOL_BUDGET, TOOL_LIST_BYTES_BUDGET
+from ._startup import EXIT_FATAL_AT_STARTUP
 
 if TYPE_CHECKING:
     from ._app import OwnerCode
@@ -47,7 +48,7 @@ BYTES_PER_TOKEN: Final = 4  # a rough rule for English text and JSON; tokenizers
 EXIT_WITHIN_BUDGET: Final = 0
 EXIT_OVER_BUDGET: Final = 1
 EXIT_USAGE: Final = 2
-EXIT_FATAL: Final = 78
+EXIT_FATAL: Final = EXIT_FATAL_AT_STARTUP  # the server cannot be built: its own start-up code
 
 # Invisible in most UIs yet read by the model: zero-width, word joiner, BOM, bidi controls.
 _HIDDEN: Final = frozenset(

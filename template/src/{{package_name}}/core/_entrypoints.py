@@ -100,7 +100,8 @@ async def _in_thread(body: Body, work: Callable[[], Any]) -> Any:
     """Run a sync body in a worker thread that the call may abandon (time limit, cancellation)."""
 
     def run() -> Any:
-        body.enter_thread()
+        if not body.enter_thread():
+            return None  # the call gave up before this thread began: no one awaits it, so no effect
         try:
             return work()
         except Exception:

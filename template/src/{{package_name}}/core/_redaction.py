@@ -103,7 +103,7 @@ _SHAPES = (
             r"\b(?:(?:sk|pk|rk)[-_][A-Za-z0-9_-]{8,}+"
             r"|gh[pousr]_[A-Za-z0-9]{16,}+|github_pat_[A-Za-z0-9_]{20,}+"
             r"|xox[abeprs]-[A-Za-z0-9-]{10,}+"
-            r"|AKIA[0-9A-Z]{16}"
+            r"|(?:AKIA|ASIA)[0-9A-Z]{16}"  # AWS access key ids: long-term, temporary (STS)
             r"|AIza[0-9A-Za-z_-]{30,}+"
             r"|SG\.[A-Za-z0-9_-]{16,}+\.[A-Za-z0-9_-]{16,}+)"
         ),

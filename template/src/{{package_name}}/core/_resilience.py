@@ -160,15 +160,17 @@ async def run_with_retries(
     may_retry: Callable[[Failure], bool],
     max_attempts: int,
     max_total_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
 ) -> None:
     """Run `attempt(*args)` until it succeeds, fails for good, or the retry bounds are spent.
 
     Only failures that `may_retry` accepts are retried; attempts and the total time
     (including the waits, never shorter than a `retry_after` hint) are both bounded.
     `outcome` is filled in place, so a caller whose time limit cancels this still
-    knows how many attempts ran.
+    knows how many attempts ran. `clock` and `sleep` are the tests' to replace.
     """
-    started = time.monotonic()
+    started = clock()
     while True:
         outcome.count += 1
         try:
@@ -182,6 +184,6 @@ async def run_with_retries(
         if not may_retry(outcome.failure) or outcome.count >= max_attempts:
             return
         delay = backoff_s(outcome.count, outcome.failure.retry_after_s)
-        if time.monotonic() - started + delay > max_total_s:
+        if clock() - started + delay > max_total_s:
             return
-        await anyio.sleep(delay)
+        await sleep(delay)

@@ -70,9 +70,17 @@ class Body:
                 await self.on_start()
             self.started = True
 
-    def enter_thread(self) -> None:
+    def enter_thread(self) -> bool:
+        """Called by the body's thread before it runs; False when the call already gave up on it.
+
+        Checked under the lock `abandon` takes: a thread that starts after its call gave up
+        never runs the body, because that call was recorded as ended, not as still running.
+        """
         with _ABANDONED.lock:
+            if self.stopped:
+                return False
             self._thread_running = True
+            return True
 
     def leave_thread(self) -> None:
         with _ABANDONED.lock:

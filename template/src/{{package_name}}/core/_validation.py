@@ -160,6 +160,11 @@ class ArgumentValidator:
         or one of 200 KB, gets a short answer, and costs no more than walking it.
         """
         node = self._resolve(node)
+        options = node.get("anyOf") or node.get("oneOf")
+        if options:  # Optional[Model], Optional[list[Model]]: the one option of the value's kind, if one
+            kind = "properties" if isinstance(value, dict) else "items" if isinstance(value, list) else None
+            same_kind = [o for o in map(self._resolve, options) if kind is not None and kind in o]
+            return self._unknown_keys(value, same_kind[0], path, found) if len(same_kind) == 1 else 0
         if not isinstance(value, dict):
             if isinstance(value, list) and isinstance(node.get("items"), dict):
                 return sum(
@@ -167,10 +172,6 @@ class ArgumentValidator:
                     for index, item in enumerate(value)
                 )
             return 0
-        options = node.get("anyOf") or node.get("oneOf")
-        if options:  # e.g. Optional[Model]: check against the object option, if exactly one
-            objects = [o for o in map(self._resolve, options) if "properties" in o]
-            return self._unknown_keys(value, objects[0], path, found) if len(objects) == 1 else 0
         properties = node.get("properties")
         if not isinstance(properties, dict):
             return 0

@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import anyio
 import structlog
@@ -49,6 +49,7 @@ from .store import (
     HealthStatus,
     IdempotencyStore,
     KeyRecord,
+    KeyState,
     Outcome,
     settled_result,
 )
@@ -77,7 +78,7 @@ class Dialect:
     epoch: str  # `{}`: a time column, as float seconds since the epoch
     after: str  # `{}`: a float parameter; the time that many seconds from now
     before: str  # `{}`: a float parameter; the time that many seconds ago
-    row_lock: str  # appended to a SELECT of `idempotency_keys AS k`: lock the row until commit
+    row_lock: str  # appended to a SELECT of `idempotency_keys AS k`: lock the row until commit ("": none)
     schema_lock: str | None  # a statement serialising migrations (None: the transaction does)
     sweep_lock: str | None  # a statement answering whether this sweep may run now
     placeholder: str = ":{}"
@@ -109,6 +110,53 @@ class Session(ABC):
 
 
 Transaction = Callable[[], AbstractAsyncContextManager[Session]]
+
+
+# The rows the queries return, read by name. Each query's column list is built from its row's
+# fields (`Statements._columns`), so a column added, removed or moved cannot shift another.
+
+
+class ExistingRow(NamedTuple):
+    """A claimed key, with its owner's instance row (None columns when the owner is gone)."""
+
+    fingerprint: str
+    state: KeyState
+    result: str | None
+    lease_until: float
+    # The owner's instance row, all None when it is gone (the LEFT JOIN found none).
+    owner_id: Any
+    owner_host_id: Any
+    owner_hostname: Any
+    owner_pid: Any
+    owner_heartbeat_at: Any
+    owner_heartbeat_s: Any
+    now: float
+    body: int
+    expired: bool  # older than the TTL: the key is new again
+
+
+class InstanceRow(NamedTuple):
+    """Another server's instance row, as the heartbeat sweep reads it."""
+
+    instance_id: str
+    host_id: str
+    hostname: str
+    pid: int
+    heartbeat_at: float
+    heartbeat_s: float
+
+
+class RecordRow(NamedTuple):
+    """A key as `keys` shows it to an operator."""
+
+    tool: str
+    key: str
+    state: KeyState
+    fingerprint: str
+    created_at: float
+    updated_at: float
+    note: str
+    now: float
 
 
 class Statements:
@@ -177,10 +225,21 @@ class Statements:
             " ON CONFLICT (tool, key) DO NOTHING"
         )
         # What a claim reads of an existing key (see `SQLStore._existing`), and from where.
-        self.existing_columns = (
-            f"k.fingerprint, k.state, k.result, {epoch('k.lease_until')},"
-            f" i.instance_id, i.host_id, i.hostname, i.pid, {epoch('i.heartbeat_at')}, i.heartbeat_s,"
-            f" {epoch(now)}, k.body, {expired('k.')}"
+        self.existing_columns = _columns(
+            ExistingRow._fields,
+            fingerprint="k.fingerprint",
+            state="k.state",
+            result="k.result",
+            lease_until=epoch("k.lease_until"),
+            owner_id="i.instance_id",
+            owner_host_id="i.host_id",
+            owner_hostname="i.hostname",
+            owner_pid="i.pid",
+            owner_heartbeat_at=epoch("i.heartbeat_at"),
+            owner_heartbeat_s="i.heartbeat_s",
+            now=epoch(now),
+            body="k.body",
+            expired=expired("k."),
         )
         self.existing_join = "LEFT JOIN idempotency_instances AS i ON i.instance_id = k.owner"
         existing = (
@@ -188,7 +247,16 @@ class Statements:
             " WHERE k.tool = :tool AND k.key = :key"
         )
         self.peek_existing = c(existing)
-        self.select_existing = c(existing + d.row_lock)
+        # The row is locked by a statement of its own, then read: a locking SELECT that waited
+        # for another transaction's change re-reads the changed row but not the rows joined to
+        # it (PostgreSQL's READ COMMITTED), so a take-over would show a new owner without its
+        # instance row, "gone", and the second replica would take the key over too.
+        self.lock_key = (
+            c(f"SELECT 1 FROM idempotency_keys AS k WHERE k.tool = :tool AND k.key = :key{d.row_lock}")
+            if d.row_lock
+            else None
+        )
+        self.select_existing = c(existing)
         self.delete_key = c("DELETE FROM idempotency_keys WHERE tool = :tool AND key = :key")
         self.take_over = c(
             f"UPDATE idempotency_keys SET owner = :owner, updated_at = {now}, note = '', body = :body,"
@@ -213,10 +281,18 @@ class Statements:
             f"UPDATE idempotency_keys SET state = 'completed', result = :result, note = :note,"
             f" updated_at = {now} WHERE tool = :tool AND key = :key"
         )
-        records = (
-            f"SELECT tool, key, state, fingerprint, {epoch('created_at')}, {epoch('updated_at')}, note,"
-            f" {epoch(now)} FROM idempotency_keys"
+        record_columns = _columns(
+            RecordRow._fields,
+            tool="tool",
+            key="key",
+            state="state",
+            fingerprint="fingerprint",
+            created_at=epoch("created_at"),
+            updated_at=epoch("updated_at"),
+            note="note",
+            now=epoch(now),
         )
+        records = f"SELECT {record_columns} FROM idempotency_keys"
         self.get = c(f"{records} WHERE tool = :tool AND key = :key")
         self.list_all = c(f"{records} ORDER BY created_at DESC LIMIT :limit")
         self.list_in_doubt = c(f"{records} WHERE state = 'in_doubt' ORDER BY created_at DESC LIMIT :limit")
@@ -230,9 +306,17 @@ class Statements:
             " ON CONFLICT (instance_id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at"
         )
         self.now = c(f"SELECT {epoch(now)}")
+        instance_columns = _columns(
+            InstanceRow._fields,
+            instance_id="instance_id",
+            host_id="host_id",
+            hostname="hostname",
+            pid="pid",
+            heartbeat_at=epoch("heartbeat_at"),
+            heartbeat_s="heartbeat_s",
+        )
         self.others = c(
-            f"SELECT instance_id, host_id, hostname, pid, {epoch('heartbeat_at')}, heartbeat_s"
-            " FROM idempotency_instances WHERE instance_id <> :instance"
+            f"SELECT {instance_columns} FROM idempotency_instances WHERE instance_id <> :instance"
         )
         self.unregister = c("DELETE FROM idempotency_instances WHERE instance_id = :instance")
         # Provably never reached its body: free again.
@@ -252,6 +336,13 @@ class Statements:
             " WHERE state = 'pending' AND NOT EXISTS"
             " (SELECT 1 FROM idempotency_instances AS i WHERE i.instance_id = idempotency_keys.owner)"
         )
+
+
+def _columns(fields: tuple[str, ...], **expressions: str) -> str:
+    """The SELECT list of a row's fields, in their order: every field, each once, nothing else."""
+    if set(expressions) != set(fields):
+        raise AssertionError(f"unmatched columns: {set(fields) ^ set(expressions)}")
+    return ", ".join(expressions[name] for name in fields)
 
 
 class SQLStore(IdempotencyStore):
@@ -430,13 +521,15 @@ class SQLStore(IdempotencyStore):
             return Claim("new")
         # A retry of a completed key, or other arguments: an answer that changes nothing,
         # read without locking the row (locking it is a write, and its commit a flush).
-        row = await self._peek_existing(params)
-        if row is not None and not row[12] and (row[0] != fingerprint or row[1] == "completed"):
-            return judge(self._existing(row), fingerprint, float(row[10]), self.me).claim
+        peeked = await self._peek_existing(params)
+        row = None if peeked is None else ExistingRow(*peeked)
+        answered = row is not None and (row.fingerprint != fingerprint or row.state == "completed")
+        if answered and row is not None and not row.expired:
+            return judge(self._existing(row), fingerprint, float(row.now), self.me).claim
         async with self._session("claim", transaction=True, durable=True) as db:
             for _ in range(CLAIM_ATTEMPTS):
-                row = await db.one(sql.select_existing, params)
-                if row is not None and not row[12]:
+                row = await self._locked_existing(db, params)
+                if row is not None and not row.expired:
                     break
                 if row is not None:  # past its TTL: the key is new again
                     await db.execute(sql.delete_key, params)
@@ -444,12 +537,19 @@ class SQLStore(IdempotencyStore):
                     return Claim("new")
             else:
                 raise StoreUnavailableError("claim")
-            verdict = judge(self._existing(row), fingerprint, float(row[10]), self.me)
+            verdict = judge(self._existing(row), fingerprint, float(row.now), self.me)
             if verdict.take_over:
                 await db.execute(sql.take_over, params)
             if verdict.now_in_doubt is not None:
                 await db.execute(sql.set_in_doubt, {**params, "note": verdict.now_in_doubt})
             return verdict.claim
+
+    async def _locked_existing(self, db: Session, params: Params) -> ExistingRow | None:
+        """The row of (tool, key), locked until the transaction ends, as committed once the lock is ours."""
+        if self.sql.lock_key is not None:
+            await db.rows(self.sql.lock_key, params)
+        row = await db.one(self.sql.select_existing, params)
+        return None if row is None else ExistingRow(*row)
 
     async def mark_started(self, tool: str, key: str) -> None:
         params = {"tool": tool, "key": key, "owner": self.me.instance_id, "running": BODY_RUNNING}
@@ -500,10 +600,10 @@ class SQLStore(IdempotencyStore):
         sql = self.sql
         params = {"tool": tool, "key": key, "ttl": float(self.ttl_s)}
         async with self._session("settle", transaction=True, durable=True, shield=True) as db:
-            row = await db.one(sql.select_existing, params)
+            row = await self._locked_existing(db, params)
             if row is None:
                 return False
-            existing, now = self._existing(row), float(row[10])
+            existing, now = self._existing(row), float(row.now)
             if existing.state == "completed":
                 return False
             if existing.state == "pending" and pending_in_doubt_reason(existing, now, self.me) is None:
@@ -560,7 +660,7 @@ class SQLStore(IdempotencyStore):
             now = float(row[0]) if row else 0.0
             me.reachability.reached(now)
             for other in await db.rows(sql.others, {"instance": me.instance_id}):
-                owner = _owner(other)
+                owner = _owner(InstanceRow(*other))
                 reason = owner_gone_reason(owner, me, now)
                 if reason is None:
                     continue
@@ -577,25 +677,39 @@ class SQLStore(IdempotencyStore):
 
     # --- row mapping ------------------------------------------------------------
 
-    def _existing(self, row: tuple[Any, ...]) -> ExistingKey:
-        owner = None if row[4] is None else _owner(row[4:10])
+    def _existing(self, row: ExistingRow) -> ExistingKey:
+        owner = None
+        if row.owner_id is not None:
+            owner = _owner(
+                InstanceRow(
+                    row.owner_id,
+                    row.owner_host_id,
+                    row.owner_hostname,
+                    row.owner_pid,
+                    row.owner_heartbeat_at,
+                    row.owner_heartbeat_s,
+                )
+            )
         return ExistingKey(
-            fingerprint=row[0],
-            state=row[1],
-            result_json=row[2],
-            lease_until=float(row[3]),
+            fingerprint=row.fingerprint,
+            state=row.state,
+            result_json=row.result,
+            lease_until=float(row.lease_until),
             owner=owner,
-            body=int(row[11]),
+            body=int(row.body),
             start_record_intact=self._start_record_intact(owner),
         )
 
 
-def _owner(row: tuple[Any, ...]) -> OwnerRow:
-    instance_id, host_id, hostname, pid, heartbeat_at, heartbeat_s = row
-    return OwnerRow(instance_id, host_id, hostname, int(pid), float(heartbeat_at), float(heartbeat_s))
+def _owner(row: InstanceRow) -> OwnerRow:
+    pid, heartbeat_at, heartbeat_s = int(row.pid), float(row.heartbeat_at), float(row.heartbeat_s)
+    return OwnerRow(row.instance_id, row.host_id, row.hostname, pid, heartbeat_at, heartbeat_s)
 
 
 def _record(row: tuple[Any, ...]) -> KeyRecord:
-    tool, key, state, fingerprint, created_at, updated_at, note, now = row
-    created, updated = float(created_at), float(updated_at)
-    return KeyRecord(tool, key, state, fingerprint, created, updated, round(float(now) - created, 3), note)
+    record = RecordRow(*row)
+    created, updated = float(record.created_at), float(record.updated_at)
+    age = round(float(record.now) - created, 3)
+    return KeyRecord(
+        record.tool, record.key, record.state, record.fingerprint, created, updated, age, record.note
+    )
