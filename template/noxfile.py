@@ -78,6 +78,15 @@ def core(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def dev(session: nox.Session) -> None:
+    """Serve with the MCP Inspector, data in .nox/dev-data; `-- --http`: HTTP, restarted on each edit."""
+    session.install("-e", ".")
+    data_dir = Path(".nox", "dev-data").resolve()
+    # Ctrl+C reaches both: wait for the command to stop its children rather than kill it at 0.3 s.
+    session.run(COMMAND, "dev", "--data-dir", str(data_dir), *session.posargs, interrupt_timeout=30)
+
+
+@nox.session(default=False)
 def diagnose(session: nox.Session) -> None:
     """Start the server as an MCP host would and print the handshake report (JSON); args go to diagnose."""
     session.install("-e", ".")
@@ -89,6 +98,16 @@ def budget(session: nox.Session) -> None:
     """Print the tools/list budget table; fails when over budget or a tool has a problem."""
     session.install("-e", ".")
     session.run(COMMAND, "budget", *session.posargs)
+
+
+@nox.session(default=False)
+def contract(session: nox.Session) -> None:
+    """Check the tools, resources and prompts against contract.json: a change that breaks clients fails.
+
+    Record a change with `<command> contract` (compatible ones) or `<command> contract --accept`.
+    """
+    session.install("-e", ".")
+    session.run(COMMAND, "contract", *(session.posargs or ["--check"]))
 
 
 # Rendered in postgres projects only; the same server the tests start when they have no URL.

@@ -1,8 +1,9 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
 """The `<slug>` command: serve (stdio or HTTP) and check; other commands are delegated.
 
-Only `serve`, `check`, `budget` and `keys` load the SDK: `--help`, `--version`,
-`client-config` and `diagnose` answer without it, and still work when it is broken.
+Only `serve`, `check`, `budget`, `keys` and `contract` load the SDK: `--help`, `--version`,
+`client-config`, `diagnose` and `dev` answer without it (`dev`'s children load it), and
+still work when it is broken.
 """
 
 from __future__ import annotations
@@ -28,9 +29,12 @@ DELEGATED = {
     "diagnose": (".diagnose", "handshake diagnostics of this (or any) server; one JSON report"),
     "budget": (".core._budget", "the tools/list budget table; non-zero when over budget"),
     "keys": (".core._keys", "list idempotency keys and settle the ones in doubt"),
+    "contract": (".core._contract", "record the tools, resources and prompts in contract.json; --check"),
     "client-config": (".client_config", "the entry that starts this server in an MCP client; --install"),
+    "dev": (".dev", "serve with the MCP Inspector; --http: Streamable HTTP, restarted on each edit"),
 }
-NEEDS_OWNER_CODE = {"budget", "keys"}  # they read the owner's settings (budget builds the server too)
+# They read the owner's settings; budget and contract build the server too.
+NEEDS_OWNER_CODE = {"budget", "keys", "contract"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,6 +134,7 @@ def terminal_hint() -> str:
         f"{SLUG} is serving MCP over stdio: it waits for an MCP client's JSON-RPC on stdin, "
         "not for typed commands.\n"
         f"  Try it:  {SLUG} diagnose   (starts it, handshakes, prints one JSON report)\n"
+        f"           {SLUG} dev --http   (the MCP Inspector on it, restarted on each edit)\n"
         f"           npx @modelcontextprotocol/inspector {SLUG}   (the MCP Inspector, in a browser)\n"
         f"  Use it:  {SLUG} client-config claude-desktop --install   (or claude-code, cursor, vscode)\n"
         "  Stop it: Ctrl+D (end of input) or Ctrl+C\n"

@@ -284,7 +284,8 @@ def _schema_texts(node: object, where: str) -> Iterator[tuple[str, str]]:
 
 
 def _is_hidden(char: str) -> bool:
-    return ord(char) in _HIDDEN or unicodedata.category(char) in ("Cc", "Cf")
+    # Co: private-use characters have no agreed glyph; a reviewer sees a box or nothing.
+    return ord(char) in _HIDDEN or unicodedata.category(char) in ("Cc", "Cf", "Co")
 
 
 def visible(text: str) -> str:
@@ -293,7 +294,7 @@ def visible(text: str) -> str:
 
 
 def hidden_characters(text: str, is_name: bool = False) -> list[str]:
-    """Hidden or control characters in text: zero-width, bidi, ANSI escapes, other Cc/Cf.
+    """Hidden or control characters in text: zero-width, bidi, ANSI escapes, other Cc/Cf/Co.
 
     Newlines and tabs are fine in descriptions, not in names.
     """
@@ -308,7 +309,8 @@ def hidden_characters(text: str, is_name: bool = False) -> list[str]:
         if _is_hidden(char):
             seen.append(char)
     for char in seen[:3]:
-        label = unicodedata.name(char, "control character")
+        unnamed = "private-use character" if unicodedata.category(char) == "Co" else "control character"
+        label = unicodedata.name(char, unnamed)
         findings.append(f"has hidden character U+{ord(char):04X} {label}")
     if len(seen) > 3:
         findings.append(f"has {len(seen) - 3} more kinds of hidden character")
