@@ -7,8 +7,8 @@ A blocking write to a full pipe stops the event loop, and with it every call: af
 common case: same order, same moment as before), and otherwise into a bounded queue that a
 thread writes as the pipe drains. Past the bound a line is dropped and counted; the
 `log_stream` check of `health_check` and `/readyz` reports the count (degraded, not failing:
-serving goes on). `flush` waits for the queue only while the pipe moves, so an exit path
-still writes its last lines, and a stalled pipe costs it at most `STALL_S`. Standard library
+serving goes on). `flush` waits for the queue while the pipe has room, so an exit path
+still writes its last lines, and a pipe that stays full costs it about `STALL_S`. Standard library
 only: it is installed before anything else is imported.
 """
 
@@ -24,7 +24,7 @@ import threading
 import time
 
 MAX_QUEUED_BYTES = 1 << 20  # lines kept while the pipe is full; past it they are dropped
-STALL_S = 0.1  # a write blocked this long means nobody reads: stop waiting for it
+STALL_S = 0.1  # a pipe full this long means nobody reads: an exit stops waiting for it
 _ATOMIC_BYTES = select.PIPE_BUF  # a write this small into a pipe with room is whole and never blocks
 
 
@@ -39,7 +39,7 @@ class NonBlockingStderr(io.TextIOBase):
         self._max_queued = max_queued_bytes
         self._queue: collections.deque[bytes] = collections.deque()
         self._queued_bytes = 0
-        self._writing_since: float | None = None  # when the thread began its current write
+        self._writing = False  # the thread holds a line it has not finished writing
         # Re-entrant: a signal handler that logs may run while this thread holds it.
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -68,7 +68,7 @@ class NonBlockingStderr(io.TextIOBase):
     def write_bytes(self, data: bytes) -> None:
         """Encoded lines: one `os.write` when nothing waits before them and the pipe has room."""
         with self._lock:
-            idle = not self._queue and self._writing_since is None
+            idle = not self._queue and not self._writing
             if idle and len(data) <= _ATOMIC_BYTES and self._has_room():
                 os.write(self._fd, data)
             elif self._queued_bytes + len(data) <= self._max_queued:
@@ -83,11 +83,19 @@ class NonBlockingStderr(io.TextIOBase):
         return bool(ready) and bool(ready[0][1] & (select.POLLOUT | select.POLLERR))
 
     def flush(self) -> None:
-        """Wait for the queued lines while the pipe takes them; give up once it stalls."""
+        """Wait for the queued lines while the pipe takes them; give up once it stays full.
+
+        Only a full pipe is a stall: on a loaded machine the writer thread may wait long for a
+        CPU while the pipe has room, and an exit path must not leave its last lines behind.
+        """
         with self._lock:
-            while self._queue or self._writing_since is not None:
-                since = self._writing_since
-                if since is not None and time.monotonic() - since > STALL_S:
+            full_since: float | None = None
+            while self._queue or self._writing:
+                if self._has_room():
+                    full_since = None
+                elif full_since is None:
+                    full_since = time.monotonic()
+                elif time.monotonic() - full_since > STALL_S:
                     return
                 self._changed.wait(0.01)
 
@@ -98,7 +106,7 @@ class NonBlockingStderr(io.TextIOBase):
                     self._changed.wait()
                 data = self._queue.popleft()
                 self._queued_bytes -= len(data)
-                self._writing_since = time.monotonic()
+                self._writing = True
             try:
                 view = memoryview(data)
                 while view:
@@ -106,7 +114,7 @@ class NonBlockingStderr(io.TextIOBase):
             except OSError:  # stderr is gone: what is left cannot be written anywhere
                 pass
             with self._lock:
-                self._writing_since = None
+                self._writing = False
                 self._changed.notify_all()
 
 
