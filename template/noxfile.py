@@ -204,16 +204,42 @@ def mcpb(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def update(session: nox.Session) -> None:
-    """`copier update` (arguments go to copier; default --defaults), then list what needs your hand."""
+    """`copier update` (arguments go to copier; default --defaults), then list what needs your hand.
+
+    Where the template's tags did not travel (a clone of a clone), a release is found by the
+    commit its CHANGELOG.md names: no arguments mean its newest release, `--vcs-ref vX.Y.Z` that
+    one. After a `copier update` run by hand (a project made before this session existed), it
+    checks that update instead of making another.
+    """
     session.install("copier>=9.19,<10")
-    before = answers()
-    session.run("copier", "update", *(session.posargs or ["--defaults"]))
+    try:
+        before = answers(committed=True)
+    except RuntimeError:
+        session.error("commit the project first (git add -A && git commit): copier updates what git tracks")
+    if answers().get("_commit") != before.get("_commit"):
+        session.log("copier update has already run here (not committed yet): checking its result")
+    else:
+        source = TemplateSource(before.get("_src_path", ""))
+        try:
+            current = before.get("_commit", "")
+            arguments, said = source.copier_arguments(session.posargs or ["--defaults"], current)
+        except LookupError as exc:
+            session.error(str(exc))
+        if said:
+            session.log(said)
+        session.run("copier", "update", *arguments)
     after = answers()
-    notes = upgrading_notes(
-        Path("TEMPLATE_CHANGELOG.md"), before.get("_commit", ""), after.get("_commit", "")
-    )
-    if notes:
-        session.log("What to do by hand, from TEMPLATE_CHANGELOG.md:\n" + notes)
+    old, new = before.get("_commit", ""), after.get("_commit", "")
+    if old == new:
+        if not git("status", "--porcelain"):
+            session.log(f"Already at template {old}: nothing to update.")
+            return
+        session.log(f"Still at template {old} (no Upgrading notes): the answers you changed are applied.")
+    else:
+        source = TemplateSource(after.get("_src_path", ""))
+        notes = upgrading_notes(Path("TEMPLATE_CHANGELOG.md"), source.version_of(old), source.version_of(new))
+        if notes:
+            session.log("What to do by hand, from TEMPLATE_CHANGELOG.md:\n" + notes)
     old_backend, new_backend = before.get("idempotency_backend"), after.get("idempotency_backend")
     if old_backend != new_backend:
         session.warn(
@@ -250,10 +276,97 @@ def git(*args: str) -> list[str]:
     return [line for line in result.stdout.splitlines() if line]
 
 
-def answers() -> dict[str, str]:
-    """The top-level answers in .copier-answers.yml (plain `key: value` lines)."""
-    text = Path(".copier-answers.yml").read_text(encoding="utf-8")
+def answers(*, committed: bool = False) -> dict[str, str]:
+    """The top-level answers in .copier-answers.yml (plain `key: value` lines), or as last committed."""
+    if committed:
+        text = "\n".join(git("show", "HEAD:.copier-answers.yml"))
+    else:
+        text = Path(".copier-answers.yml").read_text(encoding="utf-8")
     return dict(re.findall(r"^(\w+): ['\"]?(.*?)['\"]?$", text, flags=re.MULTILINE))
+
+
+# A CHANGELOG entry (`## [0.2.0] - 2026-12-01`) and the commit it names (`Commit: `<sha>``).
+RELEASE_ENTRY = r"^## \[(\d+(?:\.\d+)*)\][^\n]*\n(?:(?!^## ).*\n)*?^Commit: `([0-9a-f]{7,40})`$"
+
+
+class TemplateSource:
+    """The template a project was made from (`_src_path`), read where it is a git repository here.
+
+    Tags do not travel with every clone: there a release is the commit its CHANGELOG.md names,
+    and a `_commit` that is a bare hash is placed after the newest release it descends from.
+    """
+
+    def __init__(self, path: str) -> None:
+        local = Path(path).expanduser()
+        self.path = local if path and (local / ".git").exists() else None
+
+    def _git(self, *args: str) -> list[str]:
+        assert self.path is not None
+        return git("-C", str(self.path), *args)
+
+    def has_tags(self) -> bool:
+        return self.path is None or bool(self._git("tag", "--list", "v*"))
+
+    def releases(self) -> dict[str, str]:
+        """Each release's commit by version, newest first: the source's CHANGELOG.md, then the project's."""
+        texts = []
+        if self.path is not None:
+            texts.append("\n".join(self._git("show", "HEAD:CHANGELOG.md")) + "\n")
+        if Path("TEMPLATE_CHANGELOG.md").exists():
+            texts.append(Path("TEMPLATE_CHANGELOG.md").read_text(encoding="utf-8"))
+        found: dict[str, str] = {}
+        for text in texts:
+            for version, commit in re.findall(RELEASE_ENTRY, text, flags=re.MULTILINE):
+                found.setdefault(version, commit)
+        return dict(sorted(found.items(), key=lambda item: version_key(item[0]), reverse=True))
+
+    def copier_arguments(self, arguments: list[str], current: str) -> tuple[list[str], str]:
+        """`arguments`, a release named by a tag the source lacks made its commit; and what was done.
+
+        Without a `--vcs-ref`: the newest release, or HEAD for a project already past it.
+        """
+        if self.has_tags():
+            return arguments, ""
+        releases = self.releases()
+        at = [i for i, arg in enumerate(arguments) if arg == "--vcs-ref" or arg.startswith("--vcs-ref=")]
+        if not at:
+            newest = next(iter(releases.items()), None)
+            if newest is None or template_version(self.version_of(current)) > (version_key(newest[0]), False):
+                return [*arguments, "--vcs-ref", "HEAD"], f"{self.path} has no tags nor newer releases: HEAD"
+            version, commit = newest
+            said = f"{self.path} has no tags: updating to its newest release, {version} ({commit[:12]})"
+            return [*arguments, "--vcs-ref", commit], said
+        i = at[-1]
+        joined = arguments[i] != "--vcs-ref"
+        ref = arguments[i].split("=", 1)[1] if joined else arguments[i + 1] if i + 1 < len(arguments) else ""
+        wanted = ref.removeprefix("v")
+        if not re.fullmatch(r"\d+(?:\.\d+)*", wanted):
+            return arguments, ""  # a commit or a branch: copier takes it as it is
+        if wanted not in releases:
+            known = ", ".join(releases) or "none"
+            raise LookupError(f"{ref} is not a tag of {self.path} nor a release in its CHANGELOG.md: {known}")
+        commit = releases[wanted]
+        replaced = [*arguments]
+        replaced[i : i + (1 if joined else 2)] = ["--vcs-ref", commit]
+        return replaced, f"{self.path} has no tag {ref}: using its commit {commit[:12]} (CHANGELOG.md)"
+
+    def version_of(self, commit: str) -> str:
+        """A `_commit` as `upgrading_notes` reads it: a bare hash as its release, or past the last one."""
+        if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
+            return commit
+        releases = self.releases()
+        for version, released in releases.items():
+            if released.startswith(commit) or commit.startswith(released):
+                return f"v{version}"
+        for version, released in releases.items() if self.path is not None else []:
+            is_ancestor = ["git", "-C", str(self.path), "merge-base", "--is-ancestor", released, commit]
+            if subprocess.run(is_ancestor, capture_output=True, check=False).returncode == 0:
+                return f"v{version}-0-g{commit}"
+        return commit
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
 def template_version(commit: str) -> tuple[tuple[int, ...], bool]:
