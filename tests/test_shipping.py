@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from .answers import MATRIX, answers
+from .containers import readme_commands
 from .project_env import run
 
 ENTRIES = list(MATRIX)
@@ -292,6 +293,39 @@ def test_kubernetes_manifests_are_valid_and_drain_before_they_stop(
     assert scaled_env[f"{prefix}DATABASE_URL"]["valueFrom"]["secretKeyRef"]["key"] == "database-url"
     # The base's settings survive the overlay's patch (env merges by name, it is not replaced).
     assert {name: env[name] for name in env} == {name: scaled_env[name] for name in env}
+
+
+def secret_key_refs(manifests: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """Every (secret, key) the manifests' containers read."""
+    refs = set()
+    for manifest in manifests:
+        for container in manifest.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            for variable in container.get("env", []):
+                ref = variable.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    refs.add((ref["name"], ref["key"]))
+    return refs
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_the_readme_kubernetes_commands_make_the_secret_the_manifests_read(
+    rendered_project: RenderedProject, entry: str
+) -> None:
+    """The generated README's commands, run without a cluster: the Secret as `kubectl create`
+    makes it (`--dry-run=client`), and the manifests `kubectl apply -k` sends (kustomize)."""
+    project = rendered_project(entry)
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: it makes the Secret and renders the manifests")
+    create, apply = readme_commands(project / "README.md", "## Run it on Kubernetes")
+
+    assert create[:4] == ["kubectl", "create", "secret", "generic"]
+    made = run([kubectl, *create[1:], "--dry-run=client", "-o", "yaml"], project)
+    secret = yaml.safe_load(made)
+    assert apply[:3] == ["kubectl", "apply", "-k"]
+    manifests = kustomize(project / apply[3])
+
+    assert secret_key_refs(manifests) == {(secret["metadata"]["name"], key) for key in secret["data"]}
 
 
 def test_kubernetes_schemas_reject_a_misspelt_field() -> None:
