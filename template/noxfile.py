@@ -202,6 +202,12 @@ def mcpb(session: nox.Session) -> None:
     session.run("npx", "--yes", MCPB_CLI, "pack", str(stage), str(bundle), external=True)
 
 
+@nox.session(default=False, venv_backend="none")
+def lock(session: nox.Session) -> None:
+    """`uv lock`: uv.lock brought up to date with pyproject.toml (`-- --upgrade`: every pin to the newest)."""
+    session.run("uv", "lock", *session.posargs, external=True)
+
+
 @nox.session(default=False)
 def update(session: nox.Session) -> None:
     """`copier update` (arguments go to copier; default --defaults), then list what needs your hand.
@@ -261,6 +267,11 @@ def update(session: nox.Session) -> None:
             "copier update needs your hand; resolve each of these, then `git add` and commit:\n  "
             + "\n  ".join(dict.fromkeys(problems))
         )
+    if Path("uv.lock").exists():  # the new version's dependencies, locked
+        if shutil.which("uv"):
+            session.run("uv", "lock", "--quiet", external=True)
+        else:
+            session.warn("uv is not on the PATH: run `uv lock` before you commit, or CI finds uv.lock stale")
     session.log("Updated cleanly: review `git diff`, run `nox`, then commit.")
 
 

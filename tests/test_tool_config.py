@@ -63,6 +63,17 @@ def test_this_repository_tests_with_the_pinned_tool_versions() -> None:
     assert {tool: version(tool) for tool in tested} == {tool: PINS[tool] for tool in tested}
 
 
+def test_uv_sync_installs_the_dev_extra_and_the_pinned_tools(rendered_project: RenderedProject) -> None:
+    """`uv sync` (the dev group, uv's default) gives what `pip install -e '.[dev]' -r dev-tools.txt` gives."""
+    pyproject = tomllib.loads((rendered_project("defaults") / "pyproject.toml").read_text(encoding="utf-8"))
+    slug = DEFAULT_ANSWERS["project_slug"]
+
+    assert pyproject["dependency-groups"]["dev"] == [f"{slug}[dev]", *(f"{t}=={v}" for t, v in PINS.items())]
+    assert any(
+        requirement.startswith("uv") for requirement in pyproject["project"]["optional-dependencies"]["dev"]
+    )
+
+
 def test_every_ruff_rule_the_project_selects_is_known_to_the_pinned_ruff(
     rendered_project: RenderedProject,
 ) -> None:
