@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -37,6 +39,73 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     longest, shortest = generated[:pairs], generated[len(generated) - pairs :][::-1]
     paired = [item for pair in zip(longest, shortest, strict=True) for item in pair]
     items[: len(generated)] = paired + generated[pairs : len(generated) - pairs]
+
+
+LONG_S = 30.0  # a test this long is named when it ends
+HEARTBEAT_S = 60.0  # how often the tests still running are named
+
+
+class LongTestProgress:
+    """Names each long test as it ends (its time and outcome) and, every minute, the tests still
+    running: a run of ten minutes otherwise shows only dots."""
+
+    def __init__(self, reporter: pytest.TerminalReporter) -> None:
+        self.reporter = reporter
+        self.began = time.monotonic()
+        self.running: dict[str, float] = {}
+        self.failed: set[str] = set()
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        threading.Thread(target=self.beat, name="long-test-progress", daemon=True).start()
+
+    def say(self, text: str) -> None:
+        writer = getattr(self.reporter, "_tw", None)  # pytest keeps no public handle on the line
+        if writer is not None and writer.width_of_current_line:
+            self.reporter.write("\n")  # after the dots of the tests before
+        self.reporter.write_line(f"[{clock(time.monotonic() - self.began)}] {text}")
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        with self.lock:
+            self.running[nodeid] = time.monotonic()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            self.failed.add(report.nodeid)
+        if report.when != "teardown":
+            return
+        with self.lock:
+            started = self.running.pop(report.nodeid, None)
+        if started is not None and time.monotonic() - started >= LONG_S:
+            outcome = "FAILED" if report.nodeid in self.failed else "done"
+            self.say(f"{outcome} in {clock(time.monotonic() - started)}: {report.nodeid}")
+
+    def beat(self) -> None:
+        while not self.stopped.wait(HEARTBEAT_S):
+            now = time.monotonic()
+            with self.lock:
+                long = [(nodeid, now - started) for nodeid, started in self.running.items()]
+            long = [(nodeid, elapsed) for nodeid, elapsed in long if elapsed >= HEARTBEAT_S]
+            if long:
+                shown = ", ".join(f"{nodeid} ({clock(elapsed)})" for nodeid, elapsed in long)
+                self.say(f"still running: {shown}")
+
+
+def clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+@pytest.hookimpl(trylast=True)  # after the terminal reporter is made
+def pytest_configure(config: pytest.Config) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    # On the controller only: pytest-xdist's workers report to it, and their output is not shown.
+    if reporter is not None and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(LongTestProgress(reporter), "long-test-progress")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    progress = config.pluginmanager.get_plugin("long-test-progress")
+    if isinstance(progress, LongTestProgress):
+        progress.stopped.set()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -89,6 +89,34 @@ class Engine:
         environ = {**self.environ, **(settings or {})}
         return run(self.readme_command(command), project, env=environ, timeout=900)
 
+    @contextmanager
+    def explained(self) -> Iterator[None]:
+        """A failure in the block also shows every container's state and the end of its log."""
+        try:
+            yield
+        except AssertionError as failure:
+            listed = subprocess.run(
+                [self.podman, "ps", "-a", "--format", "{{.Names}} {{.Status}}"],
+                env=self.environ,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            ).stdout
+            logs = [listed]
+            for line in listed.splitlines():
+                name = line.split(" ", 1)[0]
+                shown = subprocess.run(
+                    [self.podman, "logs", "--tail", "30", name],
+                    env=self.environ,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+                logs.append(f"--- {name}\n{shown.stdout}{shown.stderr}")
+            raise AssertionError(f"{failure}\n\ncontainers:\n" + "\n".join(logs)) from None
+
     def has_image(self, name: str) -> bool:
         return self.exit_code("image", "exists", name) == 0
 

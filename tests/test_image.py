@@ -120,7 +120,7 @@ def port_8000() -> Iterator[None]:
         yield
 
 
-@pytest.mark.generated(minutes=4)
+@pytest.mark.generated(minutes=2)
 def test_sqlite_image_and_compose_run_as_the_readme_says(
     engine: Engine, rendered_project: Callable[[str], Path], tmp_path: Path, port_8000: None
 ) -> None:
@@ -145,33 +145,36 @@ def test_sqlite_image_and_compose_run_as_the_readme_says(
     run_it[run_it.index(f"{prefix}BEARER_TOKEN={README_TOKEN}")] = f"{prefix}BEARER_TOKEN={token}"
     engine.exit_code("rm", "-f", "readme-run")
     try:
-        engine.run_readme(run_it, project)
-        assert json.loads(wait_for(f"{BASE}/livez")) == {"status": "live"}
-        assert engine("exec", "readme-run", "id", "-u").strip() == "10001"
-        assert json.loads(wait_for(f"{BASE}/readyz"))["status"] == "ok"
-        assert http_status(f"{BASE}/mcp", headers=MCP_HEADERS, body=INITIALIZE)[0] == 401
-        bearer = {**MCP_HEADERS, "Authorization": f"Bearer {token}"}
-        assert http_status(f"{BASE}/mcp", headers=bearer, body=INITIALIZE)[0] == 200
-        foreign = {**bearer, "Host": "attacker.example:8000"}
-        assert http_status(f"{BASE}/mcp", headers=foreign, body=INITIALIZE)[0] == 421
-        assert engine("healthcheck", "run", "readme-run").strip() in {"", "healthy"}
-        assert engine("inspect", "readme-run", "--format", "{{.State.Health.Status}}").strip() == "healthy"
-        counted = call(token, "word_count", {"text": "one two three"})
-        assert not counted["is_error"], counted
+        with engine.explained():  # the containers' state and logs, before they go
+            engine.run_readme(run_it, project)
+            assert json.loads(wait_for(f"{BASE}/livez")) == {"status": "live"}
+            assert engine("exec", "readme-run", "id", "-u").strip() == "10001"
+            assert json.loads(wait_for(f"{BASE}/readyz"))["status"] == "ok"
+            assert http_status(f"{BASE}/mcp", headers=MCP_HEADERS, body=INITIALIZE)[0] == 401
+            bearer = {**MCP_HEADERS, "Authorization": f"Bearer {token}"}
+            assert http_status(f"{BASE}/mcp", headers=bearer, body=INITIALIZE)[0] == 200
+            foreign = {**bearer, "Host": "attacker.example:8000"}
+            assert http_status(f"{BASE}/mcp", headers=foreign, body=INITIALIZE)[0] == 421
+            assert engine("healthcheck", "run", "readme-run").strip() in {"", "healthy"}
+            assert (
+                engine("inspect", "readme-run", "--format", "{{.State.Health.Status}}").strip() == "healthy"
+            )
+            counted = call(token, "word_count", {"text": "one two three"})
+            assert not counted["is_error"], counted
 
-        # SIGTERM while a call runs: the call is answered, then the process exits 0.
-        with ThreadPoolExecutor(1) as pool:
-            in_flight = pool.submit(call, token, "wait_a_while", {"seconds": 4})
-            deadline = time.monotonic() + 120
-            while engine.exit_code("exec", "readme-run", "test", "-e", "/data/wait-started") != 0:
-                assert not in_flight.done(), in_flight.result()
-                assert time.monotonic() < deadline, "the slow call never started"
-                time.sleep(0.2)
-            engine("stop", "-t", "30", "readme-run")
-            answered = in_flight.result(timeout=120)
-        assert not answered["is_error"], answered
-        assert answered["structured"] == {"result": "waited 4.0 s"}
-        assert engine("inspect", "readme-run", "--format", "{{.State.ExitCode}}").strip() == "0"
+            # SIGTERM while a call runs: the call is answered, then the process exits 0.
+            with ThreadPoolExecutor(1) as pool:
+                in_flight = pool.submit(call, token, "wait_a_while", {"seconds": 4})
+                deadline = time.monotonic() + 120
+                while engine.exit_code("exec", "readme-run", "test", "-e", "/data/wait-started") != 0:
+                    assert not in_flight.done(), in_flight.result()
+                    assert time.monotonic() < deadline, "the slow call never started"
+                    time.sleep(0.2)
+                engine("stop", "-t", "30", "readme-run")
+                answered = in_flight.result(timeout=120)
+            assert not answered["is_error"], answered
+            assert answered["structured"] == {"result": "waited 4.0 s"}
+            assert engine("inspect", "readme-run", "--format", "{{.State.ExitCode}}").strip() == "0"
     finally:
         engine.exit_code("rm", "-f", "readme-run")
 
@@ -180,21 +183,22 @@ def test_sqlite_image_and_compose_run_as_the_readme_says(
     assert compose_command == ["docker", "compose", "up", "--build"]
     key_call = {"notebook": "image", "text": "written once", "idempotency_key": "image:restart"}
     try:
-        engine.run_readme([*compose_command, "-d"], project, settings)
-        wait_for(f"{BASE}/livez")
-        first = call(settings[f"{prefix}BEARER_TOKEN"], "append_note", key_call)
-        assert not first["is_error"], first
-        engine.run_readme(["docker", "compose", "down"], project, settings)
-        engine.run_readme(["docker", "compose", "up", "-d"], project, settings)
-        wait_for(f"{BASE}/livez")
-        again = call(settings[f"{prefix}BEARER_TOKEN"], "append_note", key_call)
+        with engine.explained():  # the containers' state and logs, before they go
+            engine.run_readme([*compose_command, "-d"], project, settings)
+            wait_for(f"{BASE}/livez")
+            first = call(settings[f"{prefix}BEARER_TOKEN"], "append_note", key_call)
+            assert not first["is_error"], first
+            engine.run_readme(["docker", "compose", "down"], project, settings)
+            engine.run_readme(["docker", "compose", "up", "-d"], project, settings)
+            wait_for(f"{BASE}/livez")
+            again = call(settings[f"{prefix}BEARER_TOKEN"], "append_note", key_call)
     finally:
         engine.run_readme(["docker", "compose", "down", "-v"], project, settings)
     assert again["meta"]["idempotency"]["replayed"] is True, again
     assert again["structured"] == first["structured"]
 
 
-@pytest.mark.generated(minutes=4)
+@pytest.mark.generated(minutes=2)
 def test_postgres_compose_runs_two_replicas_behind_the_proxy_as_the_readme_says(
     engine: Engine, rendered_project: Callable[[str], Path], tmp_path: Path, port_8000: None
 ) -> None:
@@ -210,17 +214,18 @@ def test_postgres_compose_runs_two_replicas_behind_the_proxy_as_the_readme_says(
     replicas = [f"{project.name}_server-1_1", f"{project.name}_server-2_1"]
     key_call = {"notebook": "replicas", "text": "written once", "idempotency_key": "image:replicas"}
     try:
-        engine.run_readme([*compose_command, "-d"], project, settings)
-        wait_for(f"{BASE}/readyz")  # through the proxy, once PostgreSQL is up
-        first = call_inside(engine, replicas[0], token, "append_note", key_call)
-        second = call_inside(engine, replicas[1], token, "append_note", key_call)
-        proxied = call(token, "append_note", key_call)
+        with engine.explained():  # the containers' state and logs, before they go
+            engine.run_readme([*compose_command, "-d"], project, settings)
+            wait_for(f"{BASE}/readyz")  # through the proxy, once PostgreSQL is up
+            first = call_inside(engine, replicas[0], token, "append_note", key_call)
+            second = call_inside(engine, replicas[1], token, "append_note", key_call)
+            proxied = call(token, "append_note", key_call)
 
-        # The store goes away: /readyz says so (503), and recovers when it is back.
-        engine("stop", "-t", "20", f"{project.name}_postgres_1")
-        broken = json.loads(wait_for(f"{BASE}/readyz", 503))
-        engine("start", f"{project.name}_postgres_1")
-        wait_for(f"{BASE}/readyz")
+            # The store goes away: /readyz says so (503), and recovers when it is back.
+            engine("stop", "-t", "20", f"{project.name}_postgres_1")
+            broken = json.loads(wait_for(f"{BASE}/readyz", 503))
+            engine("start", f"{project.name}_postgres_1")
+            wait_for(f"{BASE}/readyz")
     finally:
         engine.run_readme(["docker", "compose", "down", "-v"], project, settings)
     assert not first["is_error"], first
