@@ -315,8 +315,9 @@ class TemplateSource:
         assert self.path is not None
         return git("-C", str(self.path), *args)
 
-    def has_tags(self) -> bool:
-        return self.path is None or bool(self._git("tag", "--list", "v*"))
+    def tags(self) -> list[str]:
+        """The source's release tags, `vX.Y.Z`."""
+        return [tag for tag in self._git("tag", "--list", "v*") if re.fullmatch(r"v\d+(?:\.\d+)*", tag)]
 
     def releases(self) -> dict[str, str]:
         """Each release's commit by version, newest first: the source's CHANGELOG.md, then the project's."""
@@ -332,27 +333,31 @@ class TemplateSource:
         return dict(sorted(found.items(), key=lambda item: version_key(item[0]), reverse=True))
 
     def copier_arguments(self, arguments: list[str], current: str) -> tuple[list[str], str]:
-        """`arguments`, a release named by a tag the source lacks made its commit; and what was done.
+        """The arguments for copier, and what was changed in them (empty: nothing).
 
-        Without a `--vcs-ref`: the newest release, or HEAD for a project already past it.
+        Without a `--vcs-ref`: the newest release (copier finds its tag; where tags did not
+        travel, its commit), or HEAD for a project already past it, as one made from HEAD is.
+        A release named by a tag the source lacks becomes the commit CHANGELOG.md names.
         """
-        if self.has_tags():
-            return arguments, ""
-        releases = self.releases()
+        if self.path is None:
+            return arguments, ""  # a remote template: copier reads its tags itself
+        tags, releases = self.tags(), self.releases()
         at = [i for i, arg in enumerate(arguments) if arg == "--vcs-ref" or arg.startswith("--vcs-ref=")]
         if not at:
-            newest = next(iter(releases.items()), None)
-            if newest is None or template_version(self.version_of(current)) > (version_key(newest[0]), False):
-                return [*arguments, "--vcs-ref", "HEAD"], f"{self.path} has no tags nor newer releases: HEAD"
-            version, commit = newest
+            versions = [version_key(tag[1:]) for tag in tags] + [version_key(version) for version in releases]
+            if not versions or template_version(self.version_of(current)) > (max(versions), False):
+                return [*arguments, "--vcs-ref", "HEAD"], f"no release of {self.path} is newer: its HEAD"
+            if tags:
+                return arguments, ""
+            version, commit = next(iter(releases.items()))
             said = f"{self.path} has no tags: updating to its newest release, {version} ({commit[:12]})"
             return [*arguments, "--vcs-ref", commit], said
         i = at[-1]
         joined = arguments[i] != "--vcs-ref"
         ref = arguments[i].split("=", 1)[1] if joined else arguments[i + 1] if i + 1 < len(arguments) else ""
         wanted = ref.removeprefix("v")
-        if not re.fullmatch(r"\d+(?:\.\d+)*", wanted):
-            return arguments, ""  # a commit or a branch: copier takes it as it is
+        if ref in tags or f"v{wanted}" in tags or not re.fullmatch(r"\d+(?:\.\d+)*", wanted):
+            return arguments, ""  # a tag, a commit or a branch: copier takes it as it is
         if wanted not in releases:
             known = ", ".join(releases) or "none"
             raise LookupError(f"{ref} is not a tag of {self.path} nor a release in its CHANGELOG.md: {known}")

@@ -1,0 +1,186 @@
+"""The READMEs' commands as a newcomer runs them: in order, in one shell, each as written.
+
+Every command of a bash block is matched by one rule. Most run as written; a server runs until
+it answers (stdio: `initialize` on stdin; HTTP: `/livez`), then stops; a command whose run
+belongs to a longer test names that test, which must exist, and why. A command no rule knows
+fails the walk, so a new README line cannot go untested unseen.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
+TESTS = Path(__file__).parent
+TEMPLATE_TESTS = TESTS.parent / "template" / "tests" / "core"
+
+
+@dataclass(frozen=True)
+class Step:
+    readme: str
+    command: str  # as written, continuation lines joined, the comment dropped
+
+
+def readme_steps(readme: Path, label: str, *, after: str = "", blocks: int | None = None) -> list[Step]:
+    """The commands of the bash blocks of `readme`: all, or the first `blocks` after the text `after`."""
+    text = readme.read_text(encoding="utf-8")
+    if after:
+        text = text.split(after, 1)[1]
+    steps = []
+    for block in BASH_BLOCK.findall(text)[:blocks]:
+        for line in block.replace("\\\n", " ").splitlines():
+            command = strip_comment(line).strip()
+            if command:
+                steps.append(Step(label, command))
+    return steps
+
+
+def strip_comment(line: str) -> str:
+    """The line without its trailing `# comment` (a `#` inside quotes is kept)."""
+    for found in re.finditer(r"\s#", line):
+        head = line[: found.start()]
+        if head.count('"') % 2 == 0 and head.count("'") % 2 == 0:
+            return head
+    return line
+
+
+@dataclass(frozen=True)
+class Covered:
+    """Run by a longer test, not by the walk."""
+
+    test: str  # a path under tests/ or template/tests/core/
+    why: str
+
+
+# A shell line made from the command; a note for a command the walk does not need to run (with
+# why); or the test that runs it.
+Action = Callable[[str], str] | str | Covered
+
+
+def run_as_written(command: str) -> str:
+    return command
+
+
+def stdio_probe(command: str) -> str:
+    return f"probe_stdio {command}"
+
+
+def http_probe(url: str) -> Callable[[str], str]:
+    return lambda command: f"probe_http {shlex.quote(url)} {command}"
+
+
+def sandboxed_home(command: str) -> str:
+    # The client's real files stay untouched: HOME is the walk's own.
+    return f'HOME="$WALK_HOME" XDG_CONFIG_HOME="$WALK_HOME/.config" {command}'
+
+
+def committed_first(command: str) -> str:
+    # "With a clean git tree": what the walk made so far (uv.lock, .mcp.json) is committed first.
+    return f'git add -A && git commit -qm "Before the update" --allow-empty && {command}'
+
+
+def contract_first_time(command: str) -> str:
+    # A new project has no contract.json: the check fails saying to accept, as the README says.
+    return (
+        f'if out=$({command} 2>&1); then echo "$out"; echo "no contract.json, yet it passed"; exit 1; fi;'
+        ' case "$out" in *"contract --accept"*) ;; *) echo "$out"; exit 1;; esac;'
+        f' "$WALK_SLUG" contract --accept && {command}'
+    )
+
+
+def from_this_template(command: str) -> str:
+    # The checkout is the test's template repository; the answers are the walk's, not asked.
+    copy = command.replace("/path/to/this/checkout", '"$WALK_TEMPLATE"')
+    return copy.replace("copier copy", "copier copy --defaults $WALK_ANSWERS", 1)
+
+
+def database_stopped_at_the_end(command: str) -> str:
+    # `nox -s db -- stop` (the README's next paragraph) when the walk ends, however it ends.
+    return f"{command} && trap 'nox -s db -- stop >/dev/null 2>&1 || true' EXIT"
+
+
+def covered(test: str, why: str) -> Covered:
+    return Covered(test, why)
+
+
+def rules(slug: str) -> list[tuple[str, Action]]:
+    """(regular expression over the whole command, what the walk does with it), first match wins."""
+    s = re.escape(slug)
+    return [
+        # The template's README
+        (
+            r"python3 -m pip install (copier uv|nox uv)",
+            "installed: the walk runs in this repository's test venv",
+        ),
+        (r"copier copy --vcs-ref HEAD /path/to/this/checkout my-server", from_this_template),
+        (r"nox -s demo", covered("test_readme_walk.py", "the demo, in a copy of this repository")),
+        (r"nox", run_as_written),
+        # Installing, committing
+        (r"cd my-server && uv sync && source \.venv/bin/activate", run_as_written),
+        (r"uv sync", run_as_written),
+        (r"source \.venv/bin/activate", run_as_written),
+        (r"git init && git add -A && git commit -qm \"New project\"", run_as_written),
+        (r"nox -s db && source \.nox/postgres/env\.sh", database_stopped_at_the_end),
+        # Running it
+        (rf"{s} (check|--version|budget|keys list --in-doubt)", run_as_written),
+        (rf"{s}", stdio_probe),
+        (rf"{s} serve --transport http --port 8000", http_probe("http://127.0.0.1:8000/livez")),
+        (rf"{s} diagnose", run_as_written),
+        (rf"{s} client-config .*", sandboxed_home),
+        (
+            rf"{s} dev.*|nox -s dev .*",
+            covered("test_dev.py", "reload after an edit and the Inspector, timed"),
+        ),
+        (rf"{s} diagnose -- python other_server.py", covered("test_diagnose.py", "any stdio server")),
+        (rf"{s} diagnose --http .*", covered("test_diagnose.py", "an HTTP server's report, 401/421 hints")),
+        (rf"{s} keys settle .*", covered("test_keys_command.py", "settles real keys in doubt")),
+        (rf"{prefix_of(slug)}METRICS=true {s}", covered("test_telemetry.py", "/metrics scraped")),
+        (r"OTEL_EXPORTER_OTLP_ENDPOINT=.*", covered("test_telemetry.py", "spans and metrics to a receiver")),
+        (rf"npx @modelcontextprotocol/inspector {s}", covered("test_inspector.py", "the Inspector CLI")),
+        # Shipping
+        (r"docker .*|.*docker compose up --build", covered("test_image.py", "built and run with podman")),
+        (r"kubectl .*", covered("test_shipping.py", "the Secret and kustomize, without a cluster")),
+        # Developing
+        (r"nox -s (fmt|lock|diagnose|budget)", run_as_written),
+        (r"nox -s tests -- -k \w+", run_as_written),
+        (r"nox -s contract", contract_first_time),
+        (r"nox -s core", covered("test_update.py", "the core suite through the project's own nox sessions")),
+        (r"nox -s soak", covered("test_soak.py", "the soak benchmark, killed and restarted")),
+        (r"nox -s conformance", covered("test_conformance.py", "the conformance suite's scores")),
+        (r"nox -s bench", covered("test_soak.py", "minutes long; benchmarks/ say what each measures")),
+        (r"pre-commit install", run_as_written),
+        # Updating
+        (r"nox -s update", committed_first),
+        (
+            r"nox -s update -- --vcs-ref v\d+\.\d+\.\d+ --defaults",
+            covered("test_update_session.py", "a release"),
+        ),
+        (r"git diff", run_as_written),
+    ]
+
+
+def prefix_of(slug: str) -> str:
+    return slug.upper().replace("-", "_") + "_"
+
+
+def action_for(command: str, slug: str) -> Action:
+    for pattern, action in rules(slug):
+        if re.fullmatch(pattern, command):
+            return action
+    raise AssertionError(
+        f"README command {command!r} has no rule in tests/readme_walk.py: say how the walk runs it"
+        " (as written, as a server it probes, or the test that runs it)"
+    )
+
+
+def covered_test_exists(cover: Covered) -> bool:
+    """The test a covered command names is there (a template test is a `.jinja` file)."""
+    return any(
+        (root / name).exists()
+        for root in (TESTS, TEMPLATE_TESTS)
+        for name in (cover.test, cover.test + ".jinja")
+    )
