@@ -27,10 +27,14 @@ def python_blocks(readme: str) -> list[str]:
     return PYTHON_BLOCK.findall(readme)
 
 
-def section_snippet(readme: str, heading: str) -> str:
+def section_snippets(readme: str, heading: str) -> list[str]:
     section = readme.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
-    (snippet,) = python_blocks(section)
-    return snippet
+    return python_blocks(section)
+
+
+def section_snippet(readme: str, heading: str) -> str:
+    """The section's example: its first Python block (a second one is that example's test)."""
+    return section_snippets(readme, heading)[0]
 
 
 def example_tool_names(readme: str) -> set[str]:
@@ -97,3 +101,30 @@ def test_the_readme_client_config_commands_run_as_written(
     assert "weather-tools" in json.loads((work / ".mcp.json").read_text(encoding="utf-8"))["mcpServers"]
     generic = home / ".codeium" / "windsurf" / "mcp_config.json"
     assert "weather-tools" in json.loads(generic.read_text(encoding="utf-8"))["mcpServers"]
+
+
+@pytest.mark.generated
+def test_the_add_a_tool_test_passes_against_the_add_a_tool_example(
+    project_env: Callable[[str], ProjectEnv], tmp_path: Path
+) -> None:
+    """The README's tool in tools/, its test in tests/tools/: ruff, mypy --strict and the test pass."""
+    env = project_env(ENTRY)
+    package = answers(**MATRIX[ENTRY])["package_name"]
+    tool, test = section_snippets((env.project / "README.md").read_text(encoding="utf-8"), "Add a tool")
+    project = tmp_path / "project"
+    shutil.copytree(env.project, project, ignore=shutil.ignore_patterns(".venv", ".git", ".mypy_cache"))
+    (project / "src" / package / "tools" / "parcels.py").write_text(
+        f'"""Parcels."""\n\n{tool}', encoding="utf-8"
+    )
+    test_file = project / "tests" / "tools" / "test_parcel_quote.py"
+    test_file.write_text(f'"""The parcel tool\'s tests."""\n\n{test}', encoding="utf-8")
+    copy = ProjectEnv(project, env.venv)
+    copy.run("ruff", "check", str(test_file))
+    copy.run("ruff", "format", "--check", str(test_file))
+    copy.run("mypy", "--strict", str(test_file))
+    # The copy's package first on the path: the venv's editable install points at the original.
+    environ = {**copy.environ, "PYTHONPATH": str(project / "src")}
+    passed = run(
+        [str(env.venv / "bin" / "python"), "-m", "pytest", "-q", "-k", "parcel"], project, env=environ
+    )
+    assert "2 passed" in passed
