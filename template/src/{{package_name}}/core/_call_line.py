@@ -1,12 +1,12 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
 """The one log line per tool call, timed over the whole call.
 
-`ResilientServer.call_tool` knows how a call ended, but the SDK works on both sides of it:
-it validates the request's arguments before, and shapes the answer for the wire after
-(for a large answer, most of the time). A server middleware, the SDK's public chain
-around every request, opens the clock before that validation and writes the line once
-the answer is built; `call_tool` only leaves the line's fields for it. Called without the
-chain (directly, in a test), `call_tool` writes the line itself.
+`ResilientServer.call_tool` (its pipeline, `_tool_call`) knows how a call ended, but the
+SDK works on both sides of it: it validates the request's arguments before, and shapes the
+answer for the wire after (for a large answer, most of the time). A server middleware, the
+SDK's public chain around every request, opens the clock before that validation and writes
+the line once the answer is built; `call_tool` only leaves the line's fields for it. Called
+without the chain (directly, in a test), `call_tool` writes the line itself.
 """
 
 from __future__ import annotations

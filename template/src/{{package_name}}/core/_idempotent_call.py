@@ -1,6 +1,10 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
 """A side-effecting call behind the idempotency table: claimed before it runs, answered once.
 
+Two phases around the run, which `_tool_call` does between them: `claim_key` answers a
+known key without running anything or holds a new one, and `HeldKey.record` stores the
+outcome (`HeldKey.interrupted` when the call ended with none).
+
 How the call ended decides what the table keeps: a success or a business refusal is
 stored and replayed to every retry; a failure that promises nothing was applied (bad
 input, the tool's own TransientError), or a call that never reached the tool body,
@@ -19,7 +23,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, InputRequiredResult
 
 from ._errors import StoreUnavailableError
@@ -28,7 +31,7 @@ from ._logs import get_logger
 from ._outcomes import Category
 from ._project import SLUG
 from ._resilience import Attempts, Failure, classify
-from ._running import Body, reset_body, set_body
+from ._running import Body
 from ._tool import Reconcile, Reconciled
 
 log = get_logger(__name__)
@@ -43,7 +46,7 @@ _RECORD_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
 RECONCILED_NOTE = "settled by the tool's reconcile function"
 
 
-async def run_once(
+async def claim_key(
     store: IdempotencyStore,
     *,
     tool: str,
@@ -51,11 +54,11 @@ async def run_once(
     fingerprint: str,
     lease_s: float,
     correlation_id: str,
-    run: Callable[[Attempts], Awaitable[Attempts]],
     reconcile: Reconcile | None = None,
     start_with_claim: bool = False,
-) -> Attempts:
-    """Claim (tool, key), run at most once, and record the outcome for every retry.
+) -> HeldKey | Attempts:
+    """Claim (tool, key) before the tool runs: the key held for this call, or the answer
+    without running (a replay, a conflict, a key in doubt, the store not answering).
 
     `start_with_claim`: nothing can come between the claim and the body (an async tool
     that asks the client nothing first), so the claim records the body's start itself,
@@ -70,24 +73,32 @@ async def run_once(
         return Attempts(failure=classify(exc, tool, correlation_id))
     if claim.kind != "new":
         return _answer_without_running(claim, tool, key)
-
     body = Body(on_start=None if start_with_claim else functools.partial(store.mark_started, tool, key))
-    token = set_body(body)
-    try:
-        outcome = await run(Attempts())
-    except anyio.get_cancelled_exc_class():
+    return HeldKey(store, tool, key, body)
+
+
+class HeldKey:
+    """A key claimed for one call: the body runs once, then the table keeps how it ended."""
+
+    __slots__ = ("body", "key", "store", "tool")
+
+    def __init__(self, store: IdempotencyStore, tool: str, key: str, body: Body) -> None:
+        self.store = store
+        self.tool = tool
+        self.key = key
+        self.body = body  # the call's current body while it runs: its start is marked in the row
+
+    async def record(self, outcome: Attempts, correlation_id: str) -> Attempts:
+        """Store how the call ended for every retry; the answer marked with its key."""
+        await _record(self.store, self.tool, self.key, outcome, self.body, correlation_id)
+        if isinstance(outcome.result, CallToolResult):
+            outcome.result = _marked(outcome.result, self.key, replayed=False)
+        return outcome
+
+    async def interrupted(self, why: str) -> None:
+        """The call ended with no outcome (cancelled, a protocol error): freed or in doubt."""
         with anyio.CancelScope(shield=True):
-            await _unfinished(store, tool, key, body, "the call was cancelled")
-        raise
-    except MCPError:  # e.g. the client cannot answer a question the tool must ask first
-        await _unfinished(store, tool, key, body, "a protocol error during the call")
-        raise
-    finally:
-        reset_body(token)
-    await _record(store, tool, key, outcome, body, correlation_id)
-    if isinstance(outcome.result, CallToolResult):
-        outcome.result = _marked(outcome.result, key, replayed=False)
-    return outcome
+            await _unfinished(self.store, self.tool, self.key, self.body, why)
 
 
 def _answer_without_running(claim: Claim, tool: str, key: str) -> Attempts:

@@ -16,9 +16,10 @@ above the last value instead, so its message still arrives; with no room left be
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context
@@ -28,7 +29,6 @@ from ._logs import get_logger
 from ._sdk import context_input_params, context_subscriptions, request_context_of
 
 log = get_logger(__name__)
-T = TypeVar("T")
 _STEP = 1e-6  # a heartbeat's step, relative to the value (at least this much)
 
 
@@ -109,12 +109,10 @@ def progress_requested(context: Context[Any, Any] | None) -> bool:
     return meta is not None and meta.get("progress_token") is not None
 
 
-async def with_heartbeat(
-    work: Callable[[Context[Any, Any] | None], Awaitable[T]],
-    context: Context[Any, Any],
-    interval_s: float,
-) -> T:
-    """Run `work(context)`, sending heartbeat progress meanwhile; for calls that asked for progress.
+@contextlib.asynccontextmanager
+async def heartbeat(context: Context[Any, Any], interval_s: float) -> AsyncIterator[Context[Any, Any]]:
+    """Heartbeat progress while the block runs, for a call that asked for progress; yields the
+    Context to hand the tool, so that its own values keep to the same rule.
 
     The caller checks `progress_requested` first, so the common call pays for neither.
     """
@@ -124,16 +122,14 @@ async def with_heartbeat(
         input_params=context_input_params(context),
         subscriptions=context_subscriptions(context),
     )
-    outcome: list[T] = []
-    failure: list[Exception] = []
+    failure: Exception | None = None
     async with anyio.create_task_group() as group:
         group.start_soon(tracked.beat, interval_s)
         try:
-            outcome.append(await work(tracked))
+            yield tracked
         except Exception as exc:  # raised below, not wrapped in the task group's ExceptionGroup
-            failure.append(exc)
+            failure = exc
         finally:
             group.cancel_scope.cancel()
-    if failure:
-        raise failure[0]
-    return outcome[0]
+    if failure is not None:
+        raise failure

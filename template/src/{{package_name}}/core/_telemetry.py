@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
     from ._resilience import Attempts
-    from ._server import ResilientServer, ServedTool
+    from ._served_tool import ServedTool
+    from ._server import ResilientServer
 
 log = get_logger(__name__)
 
