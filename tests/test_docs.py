@@ -53,11 +53,12 @@ def shell_lines(markdown: str) -> list[str]:
     ]
 
 
-def test_readme_commits_the_project_right_after_copier_copy() -> None:
+def test_readme_commits_the_project_right_after_copier_copy_and_its_install() -> None:
     lines = shell_lines((REPO_ROOT / "README.md").read_text(encoding="utf-8"))
     copy = next(number for number, line in enumerate(lines) if line.startswith("copier copy "))
 
-    assert "git init && git add -A && git commit" in lines[copy + 1]
+    assert "uv sync" in lines[copy + 1], "the install first: its uv.lock goes in the first commit"
+    assert "git init && git add -A && git commit" in lines[copy + 2]
 
 
 @pytest.mark.parametrize(
@@ -80,8 +81,9 @@ def test_the_message_after_copy_commits_first_and_lines_up_its_comments(
     message = capsys.readouterr().err
     commands = [line for line in message.splitlines() if line.startswith("  ")]
     assert commands[0].strip().startswith("cd ")
-    assert commands[1].strip().startswith("git init && git add -A && git commit")
-    assert "pip install" in commands[2]
+    assert commands[1].strip().startswith("uv sync")
+    assert commands[2].strip().startswith("git init && git add -A && git commit")
+    assert "Without uv: python -m venv .venv" in message, "the pip line, for those without uv"
     columns = {line.index("# ") for line in commands[1:]}
     assert len(columns) == 1, message
     if data.get("idempotency_backend") == "postgres":

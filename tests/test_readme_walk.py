@@ -125,7 +125,9 @@ def test_a_newcomer_walks_the_readmes_in_order(release_repo: Path, open_tmp: Pat
             "XDG_DATA_HOME": str(tmp_path / "share"),
         }
     )
-    environ.pop("VIRTUAL_ENV", None)
+    # Not the test session's venv: under nox, uv would sync the walk's project into it.
+    for variable in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "CONDA_PREFIX"):
+        environ.pop(variable, None)
 
     output = run(["bash", str(tmp_path / "walk.sh")], tmp_path, env=environ, timeout=1500)
 
