@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -323,7 +324,8 @@ class TemplateSource:
         """Each release's commit by version, newest first: the source's CHANGELOG.md, then the project's."""
         texts = []
         if self.path is not None:
-            texts.append("\n".join(self._git("show", "HEAD:CHANGELOG.md")) + "\n")
+            with contextlib.suppress(RuntimeError):  # a template without a CHANGELOG.md names none
+                texts.append("\n".join(self._git("show", "HEAD:CHANGELOG.md")) + "\n")
         if Path("TEMPLATE_CHANGELOG.md").exists():
             texts.append(Path("TEMPLATE_CHANGELOG.md").read_text(encoding="utf-8"))
         found: dict[str, str] = {}
