@@ -17,8 +17,9 @@ from ._errors import (
     ToolInputError,
     TransientError,
 )
+from ._health import Check
 from ._primitives import completion, prompt, resource
-from ._resources import Check, dependency, lifespan, shared
+from ._resources import dependency, lifespan, shared
 from ._running import cancelled
 from ._server import ResilientServer
 from ._settings import CoreSettings

@@ -14,7 +14,7 @@ from ._cache_hints import cache_hints
 from ._current_settings import use_settings
 from ._discovery import discover_primitives, discover_resources, discover_tools
 from ._errors import FatalError
-from ._health import CallStats, CheckResult, HealthCheck, make_health_tool
+from ._health import CallStats, Check, HealthCheck, make_health_tool
 from ._idempotency import StoreHandle, create_store
 from ._logs import configure_logging, get_logger
 from ._project import DISPLAY_NAME, ENV_PREFIX, SLUG, STRICT_ARGUMENTS, installed_version
@@ -55,34 +55,32 @@ def create_server(
     stats = CallStats()
     store = StoreHandle(create_store(settings))
 
-    async def data_dir_check() -> CheckResult:
+    async def data_dir_check() -> Check:
         # Clients see this: the path stays in the server's own log and `check` output.
         try:
             check_data_dir(settings.data_dir)
         except FatalError as exc:
             log.warning("data_dir_failing", problem=exc.problem)
-            return CheckResult(status="failing", detail=f"not writable; see {ENV_PREFIX}DATA_DIR")
-        return CheckResult(status="ok", detail="writable")
+            return Check(status="failing", detail=f"not writable; see {ENV_PREFIX}DATA_DIR")
+        return Check(status="ok", detail="writable")
 
-    async def threads_check() -> CheckResult:
+    async def threads_check() -> Check:
         stuck = abandoned_threads()
         if not stuck:
-            return CheckResult(status="ok", detail="no call runs past its time limit")
+            return Check(status="ok", detail="no call runs past its time limit")
         detail = f"{stuck} sync calls still run past their time limit"
-        return CheckResult(
-            status="degraded", detail=f"{detail} (new ones refused at {MAX_ABANDONED_THREADS})"
-        )
+        return Check(status="degraded", detail=f"{detail} (new ones refused at {MAX_ABANDONED_THREADS})")
 
-    async def log_stream_check() -> CheckResult:
+    async def log_stream_check() -> Check:
         dropped = dropped_lines()
         if dropped:  # degraded, not failing: the server serves on, only its log has gaps
             detail = f"{dropped} log lines dropped: nothing reads this server's stderr fast enough"
-            return CheckResult(status="degraded", detail=detail)
-        return CheckResult(status="ok", detail="every log line written")
+            return Check(status="degraded", detail=detail)
+        return Check(status="ok", detail="every log line written")
 
-    async def store_check() -> CheckResult:
+    async def store_check() -> Check:
         status, detail = await (await store.get()).check()
-        return CheckResult(status=status, detail=detail)
+        return Check(status=status, detail=detail)
 
     async def keys_in_doubt() -> int:
         return await (await store.get()).in_doubt_count()

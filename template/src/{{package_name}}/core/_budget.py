@@ -35,7 +35,7 @@ from pydantic import BaseModel
 
 from ._errors import FatalError
 from ._project import PACKAGE, SLUG, TOOL_BUDGET, TOOL_LIST_BYTES_BUDGET
-from ._startup import EXIT_FATAL_AT_STARTUP
+from ._startup import EXIT_FATAL_AT_STARTUP, write_fatal
 
 if TYPE_CHECKING:
     from ._app import OwnerCode
@@ -407,7 +407,7 @@ def main(argv: Sequence[str] | None, owner: OwnerCode) -> int:
     try:
         report = build_report(owner, budget)
     except FatalError as exc:
-        sys.stderr.write(f"FATAL: {exc}\n")
+        write_fatal(exc)
         return EXIT_FATAL
     sys.stdout.write(report.table() + "\n")
     return EXIT_WITHIN_BUDGET if report.ok else EXIT_OVER_BUDGET

@@ -38,6 +38,7 @@ from pydantic import BaseModel
 from ._budget import _texts, listed_problems, tool_problems, visible, wire_json
 from ._errors import FatalError
 from ._project import SLUG
+from ._startup import EXIT_FATAL_AT_STARTUP, write_fatal
 
 if TYPE_CHECKING:
     from ._app import OwnerCode
@@ -48,7 +49,7 @@ FORMAT: Final = 1  # of contract.json; a later layout gets a new number
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
-EXIT_FATAL: Final = 78
+EXIT_FATAL: Final = EXIT_FATAL_AT_STARTUP  # the server cannot be built: its own start-up code
 
 # Each list of the surface, keyed by what identifies an entry to a client.
 KINDS: Final = {"tools": "name", "resources": "uri", "resourceTemplates": "uriTemplate", "prompts": "name"}
@@ -605,7 +606,7 @@ def main(argv: Sequence[str] | None, owner: OwnerCode) -> int:
     try:
         live = build_surface(owner)
     except FatalError as exc:
-        sys.stderr.write(f"FATAL: {exc}\n")
+        write_fatal(exc)
         return EXIT_FATAL
     try:
         code, lines = gate(live, path, accept=options.accept, check=options.check)

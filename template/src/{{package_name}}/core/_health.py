@@ -7,27 +7,36 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import anyio
 from pydantic import BaseModel, Field
 
 from ._tool import ToolSpec, spec_of, tool
 
-Status = Literal["ok", "degraded", "failing"]
-_RANK: dict[Status, int] = {"ok": 0, "degraded": 1, "failing": 2}
+HealthStatus = Literal["ok", "degraded", "failing"]
+_RANK: dict[HealthStatus, int] = {"ok": 0, "degraded": 1, "failing": 2}
 
 
-class CheckResult(BaseModel):
-    status: Status
+@dataclass(frozen=True)
+class Check:
+    """What a health check found: what a `@dependency` function returns, `Check("ok", "reachable")`,
+    and what health_check, /readyz and `<slug> check` report for every check."""
+
+    status: HealthStatus
     detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in get_args(HealthStatus):
+            allowed = ", ".join(map(repr, get_args(HealthStatus)))
+            raise ValueError(f"Check status {self.status!r} is not one of {allowed}")
 
 
 class HealthReport(BaseModel):
-    status: Status = Field(description="ok, degraded or failing: the worst of the checks")
+    status: HealthStatus = Field(description="ok, degraded or failing: the worst of the checks")
     version: str
     uptime_s: float
-    checks: dict[str, CheckResult] = Field(description="one entry per dependency")
+    checks: dict[str, Check] = Field(description="one entry per dependency")
     calls: int = Field(description="tool calls answered since start")
     errors: dict[str, int] = Field(description="failed calls by category")
     in_flight: int = Field(description="tool calls running now, besides this one")
@@ -39,7 +48,7 @@ class HealthReport(BaseModel):
 HEALTH_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "status": {"enum": ["ok", "degraded", "failing"]},
+        "status": {"enum": list(get_args(HealthStatus))},
         "version": {"type": "string"},
         "uptime_s": {"type": "number"},
         "checks": {"type": "object"},
@@ -65,7 +74,7 @@ class CallStats:
         return round(time.monotonic() - self.started_at, 3)
 
 
-HealthCheck = Callable[[], Awaitable[CheckResult]]
+HealthCheck = Callable[[], Awaitable[Check]]
 
 
 def make_health_tool(
@@ -101,14 +110,12 @@ def make_health_tool(
     return replace(spec, output_schema=HEALTH_OUTPUT_SCHEMA)
 
 
-async def run_checks(
-    checks: Mapping[str, HealthCheck], *, limit_s: float | None = None
-) -> dict[str, CheckResult]:
+async def run_checks(checks: Mapping[str, HealthCheck], *, limit_s: float | None = None) -> dict[str, Check]:
     """Every check at once (each owner check has its own time limit), reported in their order.
 
     With `limit_s`, a check that has not answered by then is cut and reported failing.
     """
-    done: dict[str, CheckResult] = {}
+    done: dict[str, Check] = {}
 
     async def run(name: str, check: HealthCheck) -> None:
         done[name] = await _run_check(check, limit_s)
@@ -119,10 +126,10 @@ async def run_checks(
     return {name: done[name] for name in checks}
 
 
-async def _run_check(check: HealthCheck, limit_s: float | None) -> CheckResult:
+async def _run_check(check: HealthCheck, limit_s: float | None) -> Check:
     try:
         with anyio.move_on_after(limit_s):
             return await check()
-        return CheckResult(status="failing", detail=f"no answer within {limit_s:g} s")
+        return Check(status="failing", detail=f"no answer within {limit_s:g} s")
     except Exception as exc:  # a check that crashes is itself the finding
-        return CheckResult(status="failing", detail=type(exc).__name__)
+        return Check(status="failing", detail=type(exc).__name__)

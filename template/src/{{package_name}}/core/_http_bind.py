@@ -17,6 +17,7 @@ import socket
 from ._errors import FatalError
 
 _EXAMPLES = "e.g. 127.0.0.1, ::1, 0.0.0.0 or ::"
+_HOST_FIX = f"pass --host an address this machine has ({_EXAMPLES})"
 
 
 def bind_address(host: str) -> str:
@@ -65,10 +66,7 @@ def check_bind(host: str, port: int) -> None:
                 raise _bind_error(exc, where) from None
         bound += 1
     if not bound:
-        raise FatalError(
-            f"cannot listen on {where}: this machine has no network for that address",
-            f"pass --host an address this machine has ({_EXAMPLES})",
-        )
+        raise FatalError(f"cannot listen on {where}: this machine has no network for that address", _HOST_FIX)
 
 
 def _bind_error(exc: OSError, where: str) -> FatalError:
@@ -81,9 +79,7 @@ def _bind_error(exc: OSError, where: str) -> FatalError:
             f"cannot listen on {where}: permission denied",
             "pass --port 1024 or above, or grant the privilege",
         )
-    return FatalError(
-        f"cannot listen on {where} ({_reason(exc)})", f"pass --host an address this machine has ({_EXAMPLES})"
-    )
+    return FatalError(f"cannot listen on {where} ({_reason(exc)})", _HOST_FIX)
 
 
 def _reason(exc: BaseException) -> str:

@@ -32,6 +32,7 @@ from ._outcomes import Category
 from ._project import SLUG
 from ._resilience import Attempts, Failure, classify
 from ._running import Body
+from ._text import clip
 from ._tool import Reconcile, Reconciled
 
 log = get_logger(__name__)
@@ -159,7 +160,7 @@ async def _ask(reconcile: Reconcile, tool: str, key: str) -> Reconciled:
         log.error("idempotency_reconcile_failed", tool=tool, exc_info=True)
         return "unknown"
     if answer not in ("done", "not_done", "unknown"):
-        log.error("idempotency_reconcile_failed", tool=tool, answer=repr(answer)[:100])
+        log.error("idempotency_reconcile_failed", tool=tool, answer=clip(repr(answer), 100, mark=""))
         return "unknown"
     return answer
 

@@ -26,6 +26,7 @@ from ._errors import FatalError
 from ._logs import get_logger
 from ._project import ENV_PREFIX
 from ._settings import CoreSettings
+from ._text import clip
 
 log = get_logger(__name__)
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
@@ -91,7 +92,7 @@ class JwtTokenVerifier:
             claims = await anyio.to_thread.run_sync(self._decode, token)
         except (jwt.PyJWTError, OSError, ValueError) as exc:
             # The reason, never the token.
-            log.info("token_refused", reason=type(exc).__name__, detail=str(exc)[:200])
+            log.info("token_refused", reason=type(exc).__name__, detail=clip(str(exc), 200, mark=""))
             return None
         subject = str(claims.get("sub") or "")
         return AccessToken(

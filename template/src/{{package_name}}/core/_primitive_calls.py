@@ -45,6 +45,7 @@ from ._primitives import MAX_COMPLETION_VALUES, CompletionSpec
 from ._redaction import redact_text
 from ._resilience import Failure, classify
 from ._running import new_correlation_id
+from ._text import clip
 from ._validation import describe_validation_error, unknown_arguments_message, unknown_name_message
 
 log = get_logger(__name__)
@@ -156,7 +157,7 @@ async def answered(
     """
     started = time.perf_counter()
     correlation_id = new_correlation_id()
-    logged = redact_text(target[:_TARGET_IN_LOG])
+    logged = redact_text(clip(target, _TARGET_IN_LOG, mark=""))
     try:
         result = await run()
     except MCPError as exc:  # the owner's on purpose, or the SDK's own answer: sent unchanged

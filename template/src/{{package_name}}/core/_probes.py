@@ -17,6 +17,7 @@ rebinding page sends its own name, never this address, so that costs nothing in 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -63,9 +64,7 @@ def add_probes(
         results = await readiness.verdict()
         if results is None:
             return JSONResponse({"status": "starting", "failing": {}}, status_code=503)
-        failing = {
-            name: result.model_dump() for name, result in results.items() if result.status == "failing"
-        }
+        failing = {name: asdict(result) for name, result in results.items() if result.status == "failing"}
         if failing:
             return JSONResponse({"status": "failing", "failing": failing}, status_code=503)
         degraded = any(result.status == "degraded" for result in results.values())

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ._health import CheckResult, HealthCheck, run_checks
+from ._health import Check, HealthCheck, run_checks
 from ._logs import get_logger
 
 log = get_logger(__name__)
@@ -40,10 +40,10 @@ class Readiness:
 
     def __init__(self, checks: Mapping[str, HealthCheck]) -> None:
         self.checks = checks
-        self.latest: dict[str, CheckResult] | None = None
+        self.latest: dict[str, Check] | None = None
         self._first = anyio.Event()
 
-    async def verdict(self) -> dict[str, CheckResult] | None:
+    async def verdict(self) -> dict[str, Check] | None:
         """The latest results; None when the first run has not ended within READYZ_WAIT_S."""
         if self.latest is None:
             with anyio.move_on_after(READYZ_WAIT_S):

@@ -26,6 +26,7 @@ from ._errors import (
 from ._outcomes import Category, failure, partial_failure
 from ._project import SLUG
 from ._redaction import strip_paths
+from ._text import clip
 from ._validation import describe_validation_error
 
 _BACKOFF_BASE_S = 0.1
@@ -83,7 +84,7 @@ def classify(
             return Failure("invalid_input", describe_validation_error(cause), cause)
         # The tool raised the SDK's ToolError on purpose: its message is for the model.
         prefix = f"Error executing tool {tool_name}: "
-        return Failure("terminal", _clip(str(exc).removeprefix(prefix)), exc)
+        return Failure("terminal", clip(str(exc).removeprefix(prefix), _MAX_MESSAGE_CHARS), exc)
     if isinstance(cause, PartialResult):
         return Failure("partial", str(cause), cause)
     if isinstance(cause, FatalError | SystemExit | KeyboardInterrupt):
@@ -94,11 +95,13 @@ def classify(
             cause,
         )
     if isinstance(cause, TransientError):
-        return Failure("transient", _clip(f"{cause} (temporary: retry later)"), cause, cause.retry_after)
+        message = clip(f"{cause} (temporary: retry later)", _MAX_MESSAGE_CHARS)
+        return Failure("transient", message, cause, cause.retry_after)
     if isinstance(cause, TerminalError):
-        return Failure("terminal", _clip(str(cause)), cause)
+        return Failure("terminal", clip(str(cause), _MAX_MESSAGE_CHARS), cause)
     if isinstance(cause, ToolInputError):
-        return Failure("invalid_input", _clip(str(cause)) or "the arguments were rejected", cause)
+        message = clip(str(cause), _MAX_MESSAGE_CHARS)
+        return Failure("invalid_input", message or "the arguments were rejected", cause)
     if isinstance(cause, ResultTooLargeError):  # the tool finished; only its answer was refused
         return Failure("too_large", str(cause), cause)
     if side_effect:
@@ -108,7 +111,7 @@ def classify(
         return Failure("transient", "a dependency did not answer; this is temporary: retry later", cause)
     if isinstance(cause, ValueError) and not isinstance(cause, ValidationError | UnicodeError):
         # Often a library's text: paths in it describe the server's machine, not the arguments.
-        message = _clip(strip_paths(str(cause)))
+        message = clip(strip_paths(str(cause)), _MAX_MESSAGE_CHARS)
         return Failure("invalid_input", message or "the arguments were rejected", cause)
     return Failure(
         "internal",
@@ -126,10 +129,6 @@ def in_doubt_message(tool_name: str, what_happened: str) -> str:
         f"repeat the operation with a new key until you know; an operator can settle the key with "
         f"`{SLUG} keys settle`"
     )
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= _MAX_MESSAGE_CHARS else text[: _MAX_MESSAGE_CHARS - 3] + "..."
 
 
 def backoff_s(attempt: int, retry_after_s: float | None) -> float:

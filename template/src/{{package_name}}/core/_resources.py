@@ -13,14 +13,15 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast, get_args
+from typing import Any, TypeVar, cast
 
 import anyio
 
 from ._errors import FatalError
-from ._health import CheckResult, HealthCheck
+from ._health import Check, HealthCheck
 from ._logs import get_logger
 from ._redaction import redact_text, strip_paths
+from ._text import clip
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -32,20 +33,6 @@ LIFESPAN_ATTRIBUTE = "__mcp_lifespan__"
 DEPENDENCY_ATTRIBUTE = "__mcp_dependency__"
 DEFAULT_CHECK_TIMEOUT_S = 5.0
 _DETAIL_CHARS = 200
-
-Status = Literal["ok", "degraded", "failing"]
-
-
-@dataclass(frozen=True)
-class Check:
-    """What a `@dependency` function returns: `Check("ok", "reachable")`."""
-
-    status: Status
-    detail: str = ""
-
-    def __post_init__(self) -> None:
-        if self.status not in get_args(Status):
-            raise ValueError(f"Check status {self.status!r} is not one of 'ok', 'degraded', 'failing'")
 
 
 @dataclass(frozen=True)
@@ -186,30 +173,30 @@ async def _enter(stack: AsyncExitStack, fn: LifespanFunction) -> Any:
 
 
 def _bounded(spec: DependencySpec) -> HealthCheck:
-    async def check() -> CheckResult:
+    async def check() -> Check:
         return await _run(spec, fatal=False)
 
     return check
 
 
-async def _run(spec: DependencySpec, *, fatal: bool) -> CheckResult:
+async def _run(spec: DependencySpec, *, fatal: bool) -> Check:
     try:
         with anyio.move_on_after(spec.timeout_s) as scope:
             outcome = await _call(spec.fn)
         if scope.cancelled_caught:
-            return CheckResult(status="failing", detail=f"timed out after {spec.timeout_s:g} s")
+            return Check(status="failing", detail=f"timed out after {spec.timeout_s:g} s")
     except FatalError:
         if fatal:
             raise
         log.exception("dependency_check_failed", dependency=spec.name)
-        return CheckResult(status="failing", detail="the check raised FatalError; see the server log")
+        return Check(status="failing", detail="the check raised FatalError; see the server log")
     except Exception as exc:  # a check that crashes is itself the finding
         log.warning("dependency_check_failed", dependency=spec.name, error=f"{type(exc).__name__}: {exc}")
-        return CheckResult(status="failing", detail=f"{type(exc).__name__}: {_shown(exc)}")
+        return Check(status="failing", detail=f"{type(exc).__name__}: {_shown(exc)}")
     if not isinstance(outcome, Check):
         returned = type(outcome).__name__
-        return CheckResult(status="failing", detail=f"the check returned {returned}, not a Check")
-    return CheckResult(status=outcome.status, detail=_shown(outcome.detail))
+        return Check(status="failing", detail=f"the check returned {returned}, not a Check")
+    return Check(status=outcome.status, detail=_shown(outcome.detail))
 
 
 async def _call(fn: DependencyFunction) -> object:
@@ -223,7 +210,7 @@ async def _call(fn: DependencyFunction) -> object:
 def _shown(value: object) -> str:
     """Text clients may see: no secrets, no paths of this machine, one short line."""
     text = strip_paths(redact_text(str(value))).replace("\n", " ")
-    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 3] + "..."
+    return clip(text, _DETAIL_CHARS)
 
 
 def _name(fn: object) -> str:

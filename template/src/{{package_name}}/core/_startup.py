@@ -16,11 +16,14 @@ from ._errors import FatalError
 from ._project import ENV_PREFIX, IDEMPOTENCY_BACKEND
 from ._redaction import is_secret_name
 from ._settings import CoreSettings
+from ._text import clip
 
 EXIT_FATAL_AT_STARTUP = 78  # EX_CONFIG from sysexits.h
 EXIT_FATAL_WHILE_SERVING = 70  # EX_SOFTWARE
 _MAX_VALUE_CHARS = 40
 SettingsT = TypeVar("SettingsT", bound=CoreSettings)
+# The start-up checks and the store, which may find the same fault later, say the same.
+DATA_DIR_FIX = f"set {ENV_PREFIX}DATA_DIR to a writable directory or fix its permissions"
 
 
 def load_settings(settings_class: type[SettingsT]) -> SettingsT:
@@ -52,32 +55,32 @@ def _settings_error(exc: ValidationError, settings: type[CoreSettings]) -> Fatal
         named_secret = is_secret_name(variable.lower()) and not _holds_no_secret(field)
         secret = named_secret or (field is not None and _typed_secret(field.annotation))
         value = "[redacted]" if secret else repr(error["input"])
-        if len(value) > _MAX_VALUE_CHARS:
-            value = value[: _MAX_VALUE_CHARS - 3] + "..."
-        problems.append(f"{variable}={value} is invalid ({error['msg']})")
+        problems.append(f"{variable}={clip(value, _MAX_VALUE_CHARS)} is invalid ({error['msg']})")
     return FatalError("; ".join(problems), "fix the value or unset the variable to use the default")
 
 
 def check_data_dir(data_dir: Path) -> None:
     """The data directory exists (it is created) and a file can be written in it."""
-    variable = f"{ENV_PREFIX}DATA_DIR"
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=data_dir, prefix=".write-check-"):
             pass
     except OSError as exc:
         raise FatalError(
-            f"data directory {data_dir} is not writable ({exc.strerror or exc})",
-            f"set {variable} to a writable directory or fix its permissions",
+            f"data directory {data_dir} is not writable ({exc.strerror or exc})", DATA_DIR_FIX
         ) from None
+
+
+def no_database_url() -> FatalError:
+    return FatalError(
+        f"{ENV_PREFIX}DATABASE_URL is not set",
+        f"set {ENV_PREFIX}DATABASE_URL to a PostgreSQL DSN, e.g. postgresql://user@host/dbname",
+    )
 
 
 def check_database_url(settings: CoreSettings) -> None:
     if IDEMPOTENCY_BACKEND == "postgres" and not settings.database_url:
-        raise FatalError(
-            f"{ENV_PREFIX}DATABASE_URL is not set",
-            f"set {ENV_PREFIX}DATABASE_URL to a PostgreSQL DSN, e.g. postgresql://user@host/dbname",
-        )
+        raise no_database_url()
 
 
 def run_startup_checks(settings: CoreSettings) -> None:
@@ -86,9 +89,14 @@ def run_startup_checks(settings: CoreSettings) -> None:
     check_data_dir(settings.data_dir)
 
 
-def exit_fatal(error: FatalError, code: int = EXIT_FATAL_AT_STARTUP) -> NoReturn:
-    """Print the one-line verdict to stderr and leave at once, without a traceback."""
+def write_fatal(error: FatalError) -> None:
+    """The one-line verdict on stderr, `FATAL: <what> - <fix>`: the server's, and every command's."""
     sys.stderr.write(f"FATAL: {error}\n")
     sys.stderr.flush()
+
+
+def exit_fatal(error: FatalError, code: int = EXIT_FATAL_AT_STARTUP) -> NoReturn:
+    """Print the one-line verdict to stderr and leave at once, without a traceback."""
+    write_fatal(error)
     # os._exit: a stdio server may still have a worker thread blocked on stdin.
     os._exit(code)

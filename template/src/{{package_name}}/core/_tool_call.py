@@ -60,6 +60,7 @@ from ._running import (
 from ._served_tool import ServedTool
 from ._settings import CoreSettings
 from ._shutdown import Shutdown
+from ._text import clip
 from ._time_limit import TimeLimits, time_limits
 from ._tool import ToolSpec
 from ._validation import unknown_tool_message
@@ -124,7 +125,7 @@ class ToolCalls:
         started = time.perf_counter()
         served = self.served.get(name)
         # A declared name is the owner's; any other came from the client and may hold anything.
-        tool = name if served is not None else redact_text(name[:_NAME_IN_LOG])
+        tool = name if served is not None else redact_text(clip(name, _NAME_IN_LOG, mark=""))
         call = Call(new_correlation_id(), tool)
         correlation_id = call.correlation_id
         # Without auth (stdio, AUTH=none) no request carries a token: no subject to look up.

@@ -20,7 +20,9 @@ from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails, to_json
 
-_MAX_INPUT_CHARS = 40
+from ._text import clip
+
+_SHOWN_CHARS = 40  # of a name or a value quoted in a message
 _MAX_ERRORS = 5
 _MAX_UNKNOWN = 3  # unknown names an answer lists; the rest are counted
 _MAX_NAME_CHARS = 64  # of a client-chosen name compared for a did-you-mean
@@ -36,7 +38,7 @@ def unknown_name_message(kind: str, name: str, declared: Iterable[str], *, liste
     listed = ", ".join(names[:listed_at_most] if listed_at_most else names) or "none"
     if listed_at_most and len(names) > listed_at_most:
         listed += ", ..."
-    return f"no {kind} named {_shorten(name)!r}; {hint}declared {kind}s: {listed}"
+    return f"no {kind} named {clip(name, _SHOWN_CHARS)!r}; {hint}declared {kind}s: {listed}"
 
 
 def unknown_tool_message(name: str, declared: Iterable[str]) -> str:
@@ -48,7 +50,9 @@ def unknown_arguments_message(given: Iterable[str], accepted: Collection[str]) -
     unknown = [name for name in given if name not in accepted]
     if not unknown:
         return None
-    described = [_unknown_argument(_shorten(name), name, accepted) for name in unknown[:_MAX_UNKNOWN]]
+    described = [
+        _unknown_argument(clip(name, _SHOWN_CHARS), name, accepted) for name in unknown[:_MAX_UNKNOWN]
+    ]
     more = len(unknown) - len(described)
     return "; ".join(described) + (f"; and {more} more unknown" if more else "")
 
@@ -182,7 +186,8 @@ class ArgumentValidator:
                 continue
             count += 1
             if len(found) < _MAX_UNKNOWN:
-                where = f"{_shorten(path)}.{_shorten(key)}" if path else _shorten(key)
+                where = clip(key, _SHOWN_CHARS)
+                where = f"{clip(path, _SHOWN_CHARS)}.{where}" if path else where
                 found.append(_unknown_argument(where, key, properties))
         return count
 
@@ -203,11 +208,12 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 
 def _describe(error: ErrorDetails) -> str:
-    path = ".".join(_shorten(str(part)) for part in error["loc"]) or "arguments"
+    path = ".".join(clip(str(part), _SHOWN_CHARS) for part in error["loc"]) or "arguments"
     if error["type"] == "missing":
         return f"{path!r} is required but missing"
     value = error["input"]
-    text = f"{path!r}: {error['msg'].rstrip('.')}, got {_json_type(value)} {_shorten(repr(value))}"
+    shown = clip(repr(value), _SHOWN_CHARS)
+    text = f"{path!r}: {error['msg'].rstrip('.')}, got {_json_type(value)} {shown}"
     if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
         text += " (send the value itself, not a string holding JSON)"
     return text
@@ -217,7 +223,3 @@ def _json_type(value: Any) -> str:
     if value is None:
         return "null"
     return _JSON_TYPES.get(type(value), type(value).__name__)
-
-
-def _shorten(text: str) -> str:
-    return text if len(text) <= _MAX_INPUT_CHARS else text[: _MAX_INPUT_CHARS - 3] + "..."

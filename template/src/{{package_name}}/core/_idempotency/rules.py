@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .._project import SLUG
 from .instances import HeartbeatThread, Instance, OwnerRow, owner_gone_reason
-from .store import BODY_NOT_STARTED, BODY_RUNNING, MAX_RETRY_AFTER_S, Claim, HealthStatus, KeyState
+from .store import BODY_NOT_STARTED, BODY_RUNNING, MAX_RETRY_AFTER_S, Claim, KeyState
+
+if TYPE_CHECKING:
+    from .._health import HealthStatus
 
 LEASE_EXPIRED = "the call ran past its lease without finishing"
 SETTLED_DONE = "settled as done by an operator"

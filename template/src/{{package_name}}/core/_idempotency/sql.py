@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import anyio
 import structlog
@@ -46,13 +46,15 @@ from .store import (
     DEFAULT_TTL_S,
     HEARTBEAT_S,
     Claim,
-    HealthStatus,
     IdempotencyStore,
     KeyRecord,
     KeyState,
     Outcome,
     settled_result,
 )
+
+if TYPE_CHECKING:
+    from .._health import HealthStatus
 
 Params = Mapping[str, Any]
 _log = structlog.get_logger(__name__)

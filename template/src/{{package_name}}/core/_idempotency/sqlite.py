@@ -40,6 +40,7 @@ import structlog
 
 from .._errors import FatalError, StoreUnavailableError
 from .._project import ENV_PREFIX
+from .._startup import DATA_DIR_FIX
 from .instances import OwnerRow, same_boot
 from .sql import NO_PARAMS, SCHEMA_VERSION, Dialect, Params, Session, SQLStore
 from .sqlite_writer import SQLiteWriter, WriterSession
@@ -94,8 +95,7 @@ class SQLiteStore(SQLStore):
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise FatalError(
-                f"data directory {self.path.parent} cannot be created ({exc.strerror or exc})",
-                f"set {ENV_PREFIX}DATA_DIR to a writable directory or fix its permissions",
+                f"data directory {self.path.parent} cannot be created ({exc.strerror or exc})", DATA_DIR_FIX
             ) from None
         try:
             writer = _connect(self.path, busy_timeout_s=BUSY_TIMEOUT_S)
@@ -134,10 +134,7 @@ class SQLiteStore(SQLStore):
                 f"{self.path} is not an SQLite database ({exc})",
                 f"move the file away or set {variable} to another directory",
             )
-        return FatalError(
-            f"the idempotency table {self.path} cannot be written ({exc})",
-            f"set {variable} to a writable directory or fix its permissions",
-        )
+        return FatalError(f"the idempotency table {self.path} cannot be written ({exc})", DATA_DIR_FIX)
 
     def _newer_schema(self, version: int) -> FatalError:
         return FatalError(

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .._outcomes import failure
 
+if TYPE_CHECKING:
+    from .._health import HealthStatus
+
 ClaimKind = Literal["new", "replay", "conflict_arguments", "in_progress", "in_doubt"]
 KeyState = Literal["pending", "completed", "in_doubt"]
-HealthStatus = Literal["ok", "degraded", "failing"]
 Outcome = Literal["done", "failed"]
 
 DEFAULT_TTL_S = 86400.0
