@@ -98,6 +98,7 @@ def serve(transport: str, host: str, port: int) -> int:
         import anyio
 
         from .core._app import build_from_environment
+        from .core._serving import serve_http, serve_stdio
 
         server = build_from_environment(owner_code())
     if in_terminal:
@@ -106,9 +107,9 @@ def serve(transport: str, host: str, port: int) -> int:
         sys.stderr.write(terminal_hint())
         sys.stderr.flush()
     if pipes is not None:
-        anyio.run(functools.partial(server.serve_stdio, pipes, handle_sigint=not in_terminal))
+        anyio.run(functools.partial(serve_stdio, server, pipes, handle_sigint=not in_terminal))
     else:
-        anyio.run(server.serve_http, host, port)
+        anyio.run(serve_http, server, host, port)
     return 0
 
 

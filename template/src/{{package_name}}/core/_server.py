@@ -4,7 +4,8 @@
 `call_tool` is the verified seam: it receives the tool's own exception (as the
 `__cause__` of the SDK's ToolError). It hands the call to `_tool_call`, where each call is
 validated, bounded in time, retried when safe, classified, counted and logged in one line;
-this module is the SDK's wiring: the tools registered, the seam, stdio and HTTP serving.
+this module is the SDK's wiring: the tools registered, the seam, the dependencies opened and
+closed. Serving it over stdio or HTTP is `_serving`'s.
 
 Resources, prompts and completions pass through `_primitive_calls` from the public
 `read_resource` and `get_prompt` overrides; the 2025-11-25 methods MCPServer leaves
@@ -13,15 +14,10 @@ unserved (`logging/setLevel`, `resources/subscribe`) come from `_handshake_era`.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
-import signal
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import anyio
-import anyio.abc
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import (
@@ -49,11 +45,8 @@ from ._served_tool import build_tool
 from ._settings import CoreSettings
 from ._shutdown import Shutdown
 from ._startup import exit_fatal
-from ._stdio_guard import ProtocolPipes
-from ._stdio_transport import open_stdio
-from ._telemetry import Telemetry, start_telemetry
 from ._tool import ToolSpec
-from ._tool_call import ToolCalls
+from ._tool_call import CallTelemetry, ToolCalls
 
 
 class ResilientServer(MCPServer[Any]):
@@ -101,7 +94,7 @@ class ResilientServer(MCPServer[Any]):
         self.store = store
         self.resources = resources or Resources([], [])  # the owner's lifespans and dependency checks
         self.health_checks = dict(health_checks or {})  # what health_check reports; /readyz runs them
-        self._telemetry: Telemetry | None = None
+        self._telemetry: CallTelemetry | None = None
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -110,12 +103,12 @@ class ResilientServer(MCPServer[Any]):
 
     # What serving arms is set here, as before; `tool_calls` holds it for every call to read.
     @property
-    def telemetry(self) -> Telemetry | None:
+    def telemetry(self) -> CallTelemetry | None:
         """Started when serving, if METRICS or OTEL_* ask for it."""
         return self._telemetry
 
     @telemetry.setter
-    def telemetry(self, telemetry: Telemetry | None) -> None:
+    def telemetry(self, telemetry: CallTelemetry | None) -> None:
         self._telemetry = self.tool_calls.telemetry = telemetry
 
     @property
@@ -190,17 +183,6 @@ class ResilientServer(MCPServer[Any]):
             return None
         return served.spec
 
-    def start_telemetry(self) -> None:
-        """Exporters and the metrics listener, when configured; exit 78 if they cannot start."""
-        try:
-            self.telemetry = start_telemetry(self)
-        except FatalError as exc:
-            exit_fatal(exc)
-
-    def stop_telemetry(self) -> None:
-        if self.telemetry is not None:
-            self.telemetry.stop()
-
     async def open_dependencies(self) -> None:
         """Start-up checks that need the event loop: the store and the owner's lifespans open,
         the owner's dependency checks run once; a FatalError from any of them exits 78."""
@@ -226,70 +208,3 @@ class ResilientServer(MCPServer[Any]):
             return report
         finally:
             await self.close_dependencies()
-
-    async def serve_stdio(self, pipes: ProtocolPipes, *, handle_sigint: bool = True) -> None:
-        """Serve JSON-RPC on the pipes `claim_stdio` set aside, driven from the event loop,
-        until stdin ends or a signal has drained the calls in flight (`_shutdown`).
-
-        `handle_sigint=False` leaves SIGINT to the caller (in a terminal, Ctrl+C exits at once).
-        """
-        self.start_telemetry()
-        await self.open_dependencies()
-        self.fatal_exit = FatalExit()
-        try:
-            async with anyio.create_task_group() as group:
-                stop = functools.partial(self._stop_on_signal, group)
-                with _stopped_by_signals(stop, sigint=handle_sigint):
-                    async with open_stdio(pipes, self.fatal_exit, self._end_of_input) as streams:
-                        # MCPServer.run_stdio_async does the same, on fds 0/1 it would restore at exit.
-                        lowlevel = lowlevel_server_of(self)
-                        await lowlevel.run(*streams, lowlevel.create_initialization_options())
-                group.cancel_scope.cancel()  # a drain still waiting has nothing left to wait for
-        finally:
-            self.stop_telemetry()
-            await self.close_dependencies()
-        self.shutdown.finished()
-
-    def _stop_on_signal(self, group: anyio.abc.TaskGroup, name: str) -> None:
-        if self.shutdown.begin(name):
-            group.start_soon(self._drain_then_stop, group.cancel_scope)
-
-    async def _drain_then_stop(self, serving: anyio.CancelScope) -> None:
-        await self.shutdown.drain()
-        serving.cancel()
-
-    async def _end_of_input(self) -> None:
-        """stdin ended: the client sends nothing more, but may still read the answers in flight."""
-        if self.shutdown.begin("end of input"):
-            await self.shutdown.drain()
-        else:
-            await self.shutdown.drained.wait()
-
-    async def serve_http(self, host: str, port: int) -> None:
-        """Streamable HTTP on /mcp; a fatal call is answered, then the process exits."""
-        from ._http_server import check_http_settings, serve_http
-
-        check_http_settings(self, host, port)  # before any dependency opens: exit 78
-        self.start_telemetry()
-        await self.open_dependencies()
-        self.fatal_exit = FatalExit(grace_s=1.0)
-        try:
-            await serve_http(self, host, port)
-        finally:
-            self.stop_telemetry()
-            await self.close_dependencies()
-        self.shutdown.finished()
-
-
-@contextlib.contextmanager
-def _stopped_by_signals(stop: Callable[[str], None], *, sigint: bool) -> Iterator[None]:
-    """SIGTERM (and SIGINT) call `stop` on the event loop (uvicorn does this for HTTP itself)."""
-    loop = asyncio.get_running_loop()
-    handled = [signal.SIGTERM, signal.SIGINT] if sigint else [signal.SIGTERM]
-    for signum in handled:
-        loop.add_signal_handler(signum, stop, signum.name)
-    try:
-        yield
-    finally:
-        for signum in handled:
-            loop.remove_signal_handler(signum)
