@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from .answers import DEFAULT_ANSWERS, answers
-from .gitrepo import BASE_TAG, REPO_ROOT, TemplateRepo, init_and_commit
+from .gitrepo import BASE_TAG, REPO_ROOT, TemplateRepo, git, init_and_commit
 from .project_env import find_python, run, uv_executable
 from .releases import released_versions
 from .rendering import render, update
@@ -332,8 +332,16 @@ def test_project_layout_list_holds_every_test_support_module(rendered_project: C
 
 def test_project_named_before_its_name_was_reserved_still_updates(release_repo: Path, tmp_path: Path) -> None:
     """A refused name binds new projects only: an existing `typer` project is not locked out of updates."""
-    newest_release = released_versions()[-1].tag
-    project = render(release_repo, tmp_path / "project", answers(package_name="typer"), newest_release)
+    # The newest release that still let a project be called `typer`.
+    before_reserved = next(
+        release.tag
+        for release in reversed(released_versions())
+        if not re.search(
+            r"\btyper\b",
+            git(release_repo, "show", f"{release.tag}:questions/reserved_names.yml", check=False),
+        )
+    )
+    project = render(release_repo, tmp_path / "project", answers(package_name="typer"), before_reserved)
     init_and_commit(project, "Project named before 'typer' was reserved")
 
     update(project, "HEAD")
