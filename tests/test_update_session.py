@@ -69,14 +69,26 @@ def nox_update(project: Path, *copier_args: str) -> tuple[int, str]:
     return result.returncode, result.stdout + result.stderr
 
 
+@pytest.fixture
+def template(release_repo: Path, tmp_path: Path) -> Path:
+    """The releases and the work tree, in a copy this test may release a new version from."""
+    copy = tmp_path / "template"
+    shutil.copytree(release_repo, copy, symlinks=True)
+    return copy
+
+
+def new_project(template: Path, destination: Path) -> Path:
+    """A project made from the template's HEAD with the default answers, committed."""
+    project = render(template, destination, answers(), "HEAD")
+    init_and_commit(project, "Project")
+    return project
+
+
 @pytest.mark.generated
 def test_nox_update_lists_the_conflicts_and_prints_the_upgrading_notes(
-    release_repo: Path, tmp_path: Path
+    template: Path, tmp_path: Path
 ) -> None:
-    template = tmp_path / "template"
-    shutil.copytree(release_repo, template, symlinks=True)
-    project = render(template, tmp_path / "project", answers(), "HEAD")
-    init_and_commit(project, "Project")
+    project = new_project(template, tmp_path / "project")
     ruff_config = project / "ruff.toml"
     ruff_config.write_text(
         ruff_config.read_text(encoding="utf-8").replace("line-length = 110", "line-length = 120"),
@@ -104,13 +116,9 @@ def test_nox_update_lists_the_conflicts_and_prints_the_upgrading_notes(
 
 @pytest.mark.generated
 def test_nox_update_where_tags_did_not_travel_and_after_an_update_by_hand(
-    release_repo: Path, tmp_path: Path
+    template: Path, tmp_path: Path
 ) -> None:
-    template = tmp_path / "template"
-    shutil.copytree(release_repo, template, symlinks=True)
-    by_tag, by_hand = (render(template, tmp_path / name, answers(), "HEAD") for name in ("by-tag", "by-hand"))
-    for project in (by_tag, by_hand):
-        init_and_commit(project, "Project")
+    by_tag, by_hand = (new_project(template, tmp_path / name) for name in ("by-tag", "by-hand"))
     released = release_next_version(template)
     for tag in git(template, "tag", "--list").split():
         git(template, "tag", "--delete", tag)
