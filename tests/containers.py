@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from .project_env import run, uv_executable
+from .readme_walk import readme_steps
 
 STAND_INS = Path(__file__).parent / "data" / "stand-ins"
 DEBIAN_BASE = "docker.io/library/python:3.11-slim"  # Debian bookworm's python3 is 3.11
@@ -232,11 +233,8 @@ def debian_mirror() -> str:
 
 def readme_commands(readme: Path, heading: str) -> list[list[str]]:
     """The commands of the first bash block under `heading`, one argv each (comments dropped)."""
-    text = readme.read_text(encoding="utf-8").split(f"\n{heading}\n", 1)[1]
-    block = text.split("```bash\n", 1)[1].split("\n```", 1)[0]
-    return [
-        shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines() if line.strip()
-    ]
+    steps = readme_steps(readme, readme.name, after=f"\n{heading}\n", blocks=1)
+    return [shlex.split(step.command) for step in steps]
 
 
 def http_status(

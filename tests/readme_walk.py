@@ -103,11 +103,7 @@ def database_stopped_at_the_end(command: str) -> str:
     return f"{command} && trap 'nox -s db -- stop >/dev/null 2>&1 || true' EXIT"
 
 
-def covered(test: str, why: str) -> Covered:
-    return Covered(test, why)
-
-
-def rules(slug: str) -> list[tuple[str, Action]]:
+def rules(slug: str, prefix: str) -> list[tuple[str, Action]]:
     """(regular expression over the whole command, what the walk does with it), first match wins."""
     s = re.escape(slug)
     return [
@@ -117,7 +113,7 @@ def rules(slug: str) -> list[tuple[str, Action]]:
             "installed: the walk runs in this repository's test venv",
         ),
         (r"copier copy --vcs-ref HEAD /path/to/this/checkout my-server", from_this_template),
-        (r"nox -s demo", covered("test_readme_walk.py", "the demo, in a copy of this repository")),
+        (r"nox -s demo", Covered("test_readme_walk.py", "the demo, in a copy of this repository")),
         (r"nox", run_as_written),
         # Installing, committing
         (r"cd my-server && uv sync && source \.venv/bin/activate", run_as_written),
@@ -133,42 +129,38 @@ def rules(slug: str) -> list[tuple[str, Action]]:
         (rf"{s} client-config .*", sandboxed_home),
         (
             rf"{s} dev.*|nox -s dev .*",
-            covered("test_dev.py", "reload after an edit and the Inspector, timed"),
+            Covered("test_dev.py", "reload after an edit and the Inspector, timed"),
         ),
-        (rf"{s} diagnose -- python other_server.py", covered("test_diagnose.py", "any stdio server")),
-        (rf"{s} diagnose --http .*", covered("test_diagnose.py", "an HTTP server's report, 401/421 hints")),
-        (rf"{s} keys settle .*", covered("test_keys_command.py", "settles real keys in doubt")),
-        (rf"{prefix_of(slug)}METRICS=true {s}", covered("test_telemetry.py", "/metrics scraped")),
-        (r"OTEL_EXPORTER_OTLP_ENDPOINT=.*", covered("test_telemetry.py", "spans and metrics to a receiver")),
-        (rf"npx @modelcontextprotocol/inspector {s}", covered("test_inspector.py", "the Inspector CLI")),
+        (rf"{s} diagnose -- python other_server.py", Covered("test_diagnose.py", "any stdio server")),
+        (rf"{s} diagnose --http .*", Covered("test_diagnose.py", "an HTTP server's report, 401/421 hints")),
+        (rf"{s} keys settle .*", Covered("test_keys_command.py", "settles real keys in doubt")),
+        (rf"{re.escape(prefix)}METRICS=true {s}", Covered("test_telemetry.py", "/metrics scraped")),
+        (r"OTEL_EXPORTER_OTLP_ENDPOINT=.*", Covered("test_telemetry.py", "spans and metrics to a receiver")),
+        (rf"npx @modelcontextprotocol/inspector {s}", Covered("test_inspector.py", "the Inspector CLI")),
         # Shipping
-        (r"docker .*|.*docker compose up --build", covered("test_image.py", "built and run with podman")),
-        (r"kubectl .*", covered("test_shipping.py", "the Secret and kustomize, without a cluster")),
+        (r"docker .*|.*docker compose up --build", Covered("test_image.py", "built and run with podman")),
+        (r"kubectl .*", Covered("test_shipping.py", "the Secret and kustomize, without a cluster")),
         # Developing
         (r"nox -s (fmt|lock|diagnose|budget)", run_as_written),
         (r"nox -s tests -- -k \w+", run_as_written),
         (r"nox -s contract", contract_first_time),
-        (r"nox -s core", covered("test_update.py", "the core suite through the project's own nox sessions")),
-        (r"nox -s soak", covered("test_soak.py", "the soak benchmark, killed and restarted")),
-        (r"nox -s conformance", covered("test_conformance.py", "the conformance suite's scores")),
+        (r"nox -s core", Covered("test_update.py", "the core suite through the project's own nox sessions")),
+        (r"nox -s soak", Covered("test_soak.py", "the soak benchmark, killed and restarted")),
+        (r"nox -s conformance", Covered("test_conformance.py", "the conformance suite's scores")),
         (r"nox -s bench", "not run: each benchmark takes minutes (benchmarks/*.md hold their figures)"),
         (r"pre-commit install", run_as_written),
         # Updating
         (r"nox -s update", committed_first),
         (
             r"nox -s update -- --vcs-ref v\d+\.\d+\.\d+ --defaults",
-            covered("test_update_session.py", "a release"),
+            Covered("test_update_session.py", "a release"),
         ),
         (r"git diff", run_as_written),
     ]
 
 
-def prefix_of(slug: str) -> str:
-    return slug.upper().replace("-", "_") + "_"
-
-
-def action_for(command: str, slug: str) -> Action:
-    for pattern, action in rules(slug):
+def action_for(command: str, slug: str, prefix: str) -> Action:
+    for pattern, action in rules(slug, prefix):
         if re.fullmatch(pattern, command):
             return action
     raise AssertionError(

@@ -15,12 +15,12 @@ import pytest
 from .answers import MATRIX, answers
 from .gitrepo import REPO_ROOT
 from .project_env import ProjectEnv, run
+from .readme_walk import BASH_BLOCK
 
 TEMPLATE = REPO_ROOT / "template"
 # An entry whose environment the generated tests create anyway, with a package name of its own.
 ENTRY = "bsd-weather-names"
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
-BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def python_blocks(readme: str) -> list[str]:

@@ -69,11 +69,11 @@ def walk_steps(project_readme: Path) -> list[readme_walk.Step]:
     ]
 
 
-def walk_script(steps: list[readme_walk.Step], slug: str) -> tuple[str, list[str]]:
+def walk_script(steps: list[readme_walk.Step], slug: str, prefix: str) -> tuple[str, list[str]]:
     """The shell script of the walk, and the commands it leaves to other tests (with why)."""
     lines, left = [SHELL], []
     for step in steps:
-        action = readme_walk.action_for(step.command, slug)
+        action = readme_walk.action_for(step.command, slug, prefix)
         lines.append(f"step {shlex.quote(f'{step.readme}: {step.command}')}")
         if isinstance(action, readme_walk.Covered):
             assert readme_walk.covered_test_exists(action), f"{step.command}: {action.test} does not exist"
@@ -92,7 +92,7 @@ def test_every_readme_command_has_a_rule_and_each_test_it_names_exists(
     """Cheap: a new README command without a rule fails here first, before the walk's minutes."""
     project = rendered_project("defaults")
     steps = walk_steps(project / "README.md")
-    script, left = walk_script(steps, answers()["project_slug"])
+    script, left = walk_script(steps, answers()["project_slug"], answers()["env_prefix"])
     assert "copier copy --defaults" in script
     assert any("docker build" in line for line in left)
 
@@ -108,7 +108,7 @@ def test_a_newcomer_walks_the_readmes_in_order(release_repo: Path, open_tmp: Pat
     data = " ".join(f"--data {shlex.quote(f'{key}={value}')}" for key, value in MATRIX[entry].items())
     # The generated README of these answers, as the walk will find it after `copier copy`.
     preview = render(release_repo, tmp_path / "preview", chosen, "HEAD")
-    script, left = walk_script(walk_steps(preview / "README.md"), slug)
+    script, left = walk_script(walk_steps(preview / "README.md"), slug, chosen["env_prefix"])
     shutil.rmtree(preview)
     (tmp_path / "walk.sh").write_text(script, encoding="utf-8")
     environ = quick_start_environ()
