@@ -58,8 +58,7 @@ class _Reply:
         self.future = self.loop.create_future()
 
     def send(self, value: Any = None, error: BaseException | None = None) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-            self.loop.call_soon_threadsafe(_settle, self.future, value, error)
+        _send_all([(self, value, error)])
 
     async def wait(self) -> Any:
         # Shielded: once sent, a statement runs whether or not its caller is still there, and a
@@ -68,13 +67,27 @@ class _Reply:
             return await self.future
 
 
-def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
+_Answer = tuple[_Reply, Any, BaseException | None]  # a reply, and its value or error
+
+
+def _send_all(answers: list[_Answer]) -> None:
+    """Every answer of a batch in one callback per loop: one wake-up of the loop, not one each."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Answer]] = {}
+    for answer in answers:
+        by_loop.setdefault(answer[0].loop, []).append(answer)
+    for loop, theirs in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(_settle_all, theirs)
+
+
+def _settle_all(answers: list[_Answer]) -> None:
+    for reply, value, error in answers:
+        if reply.future.done():
+            continue
+        if error is not None:
+            reply.future.set_exception(error)
+        else:
+            reply.future.set_result(value)
 
 
 @dataclass
@@ -196,8 +209,7 @@ class SQLiteWriter:
             if len(batch) > 1:
                 conn.execute("BEGIN IMMEDIATE")  # the lock, once: another process may hold it long
         except Exception as exc:  # nothing ran: the same answer for all
-            for statement in batch:
-                statement.reply.send(error=exc)
+            _send_all([(statement.reply, None, exc) for statement in batch])
             return
         if len(batch) > 1:
             try:
@@ -206,8 +218,12 @@ class SQLiteWriter:
             except Exception:
                 _roll_back(conn)
             else:
-                for statement, result in zip(batch, results, strict=True):
-                    statement.reply.send(result)
+                _send_all(
+                    [
+                        (statement.reply, result, None)
+                        for statement, result in zip(batch, results, strict=True)
+                    ]
+                )
                 return
         for statement in batch:  # alone, or again one by one after a failed batch
             _answer(statement.reply, statement.run, conn)
