@@ -22,10 +22,12 @@ from ._redaction import configure_redaction
 from ._request_state import request_state_security
 from ._resources import Resources
 from ._running import MAX_ABANDONED_THREADS, abandoned_threads
+from ._sdk import drop_sdk_spans
 from ._server import ResilientServer
 from ._settings import CoreSettings
 from ._startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
 from ._stderr_writer import dropped_lines
+from ._telemetry import sdk_spans_wanted
 from ._tool_filter import declared_tools
 
 log = get_logger(__name__)
@@ -101,7 +103,7 @@ def create_server(
     primitives = discover_primitives(tools_package)
     if any(spec.name == health.name for spec in specs):
         raise FatalError(f"a tool in tools/ is named {health.name!r}, which the core reserves", "rename it")
-    return ResilientServer(
+    server = ResilientServer(
         SLUG,
         title=DISPLAY_NAME,
         version=version,
@@ -117,6 +119,9 @@ def create_server(
         request_state_security=request_state_security(settings),
         cache_hints=cache_hints(settings),
     )
+    if not sdk_spans_wanted():
+        drop_sdk_spans(server)  # nothing would record them: a span per request for nobody
+    return server
 
 
 def build_from_environment(owner: OwnerCode) -> ResilientServer:

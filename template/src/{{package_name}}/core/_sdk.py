@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import uvicorn
+from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.connection import Connection
 from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import Context, MCPServer
@@ -29,6 +30,7 @@ __all__ = [
     "context_subscriptions",
     "convert_to_content",
     "create_context_streams",
+    "drop_sdk_spans",
     "forget_captured_signals",
     "lowlevel_server_of",
     "output_adapter",
@@ -96,6 +98,13 @@ def context_subscriptions(context: Context[Any, Any]) -> SubscriptionBus | None:
     """The subscription bus a Context was built with (`Context(subscriptions=...)`)."""
     bus: SubscriptionBus | None = context._subscriptions
     return bus
+
+
+def drop_sdk_spans(server: MCPServer) -> None:
+    """Take the SDK's span-per-request middleware out of the server's (public) middleware chain,
+    as the SDK's own comment on it says to opt out; its class is private."""
+    chain = server.middleware
+    chain[:] = [middleware for middleware in chain if not isinstance(middleware, OpenTelemetryMiddleware)]
 
 
 def forget_captured_signals(server: uvicorn.Server) -> None:

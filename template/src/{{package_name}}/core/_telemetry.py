@@ -10,7 +10,9 @@ instruments, read by Prometheus (`METRICS=true`, on a listener of its own) and/o
 OTLP (`OTEL_EXPORTER_OTLP_ENDPOINT`). The OpenTelemetry SDK comes with the `otel` extra.
 
 Nothing configured, `start_telemetry` returns None: nothing is imported beyond the API the
-SDK already imports, no thread or listener starts, and a call pays one `is None` check.
+SDK already imports, no thread or listener starts, and a call pays one `is None` check. Nor does
+any span reach anyone then, so the server is built without the SDK's span middleware
+(`sdk_spans_wanted`), which costs every request a span that nobody records.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.propagate import extract
 from opentelemetry.trace import StatusCode, get_current_span
 
@@ -106,6 +109,20 @@ def telemetry_plan(metrics: bool, metrics_address: str, env: Mapping[str, str] =
             "unset it or set http/protobuf (the collector's port 4318)",
         )
     return plan
+
+
+def sdk_spans_wanted(env: Mapping[str, str] = os.environ, provider: object | None = None) -> bool:
+    """Whether the SDK's span per request can reach anyone: traces exported over OTLP (OTEL_*),
+    or a tracer provider this process set itself (`provider`: the global one) before serving."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() != "true":
+        try:
+            if _exports("traces", env):
+                return True
+        except FatalError:
+            return True  # start_telemetry stops the server with the reason, before serving
+    if provider is None:
+        provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider)
 
 
 def _exports(signal: str, env: Mapping[str, str]) -> bool:
@@ -206,7 +223,6 @@ class Telemetry:
         self.server.middleware.insert(0, self.around_request)
 
     def _start_tracing(self, resource: Any) -> None:
-        from opentelemetry import trace
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
