@@ -1,7 +1,7 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
 """Side-effecting calls through the whole server at 1 to 16 in flight, alone or against another checkout.
 
-    python benchmarks/bench_idempotent_calls.py [--calls 120] [--in-flight 1,4,8,16] [--dsn POSTGRES_DSN]
+    python benchmarks/bench_idempotent_calls.py [--calls 600] [--in-flight 1,4,8,16] [--dsn POSTGRES_DSN]
     python benchmarks/bench_idempotent_calls.py --against DIR [--rounds 8]   (DIR has its own .venv)
 
 The same trivial tool is served twice: plainly, and with `side_effect=True` (claim, run,
@@ -429,7 +429,7 @@ def against(args: argparse.Namespace, in_flight: list[int]) -> int:
 def main(argv: list[str]) -> int:
     prefix = project.ENV_PREFIX
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--calls", type=int, default=120, help="calls a row (plain rows: twice as many)")
+    parser.add_argument("--calls", type=int, default=600, help="calls a row (plain rows: twice as many)")
     parser.add_argument("--in-flight", default="1,4,8,16", help="calls in flight, comma-separated")
     parser.add_argument("--dsn", default=os.environ.get(f"{prefix}DATABASE_URL"), help="postgres projects")
     parser.add_argument("--against", metavar="DIR", help="another checkout of this project, with its .venv")

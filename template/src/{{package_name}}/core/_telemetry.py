@@ -39,6 +39,7 @@ from ._logs import correlate_traces, get_logger
 from ._outcomes import RETRYABLE
 from ._project import ENV_PREFIX, SLUG, installed_version
 from ._running import abandoned_threads
+from ._stderr_writer import dropped_lines
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Observation
@@ -276,6 +277,12 @@ class Telemetry:
         _gauge(meter, "mcp.server.calls_in_flight", "{call}", "calls running now", counts.calls_in_flight)
         _gauge(meter, "mcp.server.tool.abandoned_threads", "{thread}", "abandoned bodies", abandoned_threads)
         _gauge(meter, "mcp.server.draining", "1", "1 while the server stops", counts.draining)
+        meter.create_observable_counter(
+            "mcp.server.log.dropped_lines",
+            callbacks=[_observe_dropped_lines],
+            unit="{line}",
+            description="log lines dropped because nothing read stderr fast enough",
+        )
         meter.create_observable_gauge(
             "mcp.server.idempotency.keys_in_doubt",
             callbacks=[self._observe_keys_in_doubt],
@@ -458,6 +465,12 @@ def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
         return asyncio.get_running_loop() is loop
     except RuntimeError:
         return False
+
+
+def _observe_dropped_lines(_: CallbackOptions) -> Iterable[Observation]:
+    from opentelemetry.metrics import Observation
+
+    return [Observation(dropped_lines())]
 
 
 def _gauge(meter: Meter, name: str, unit: str, description: str, read: Callable[[], int]) -> None:
