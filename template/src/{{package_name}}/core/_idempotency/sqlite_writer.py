@@ -12,6 +12,9 @@ Two kinds of work arrive on one queue, in order:
   migrations): it holds the thread for its whole transaction, statement by statement, so
   no batch can interleave with it.
 
+The callers of one batch are answered by one callback on the event loop: one wake-up of the
+loop per commit, not one per caller (waking another thread is dear, on a VM most of all).
+
 A commit holding a durable statement (a claim) is at `synchronous = FULL`: on disk
 before its callers resume; a batch of writes that only found the file locked is not
 flushed, as on the loop's connection. If one statement of a batch fails, the batch is
