@@ -96,7 +96,7 @@ class TelemetryPlan:
 
 def telemetry_plan(metrics: bool, metrics_address: str, env: Mapping[str, str] = os.environ) -> TelemetryPlan:
     """Read `METRICS`/`METRICS_ADDRESS` and the standard OTEL_* variables; FatalError if unusable."""
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    if _sdk_disabled(env):
         return TelemetryPlan(prometheus=_listen_address(metrics_address) if metrics else None)
     protocol = env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf").strip().lower()
     plan = TelemetryPlan(
@@ -115,7 +115,7 @@ def telemetry_plan(metrics: bool, metrics_address: str, env: Mapping[str, str] =
 def sdk_spans_wanted(env: Mapping[str, str] = os.environ, provider: object | None = None) -> bool:
     """Whether the SDK's span per request can reach anyone: traces exported over OTLP (OTEL_*),
     or a tracer provider this process set itself (`provider`: the global one) before serving."""
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() != "true":
+    if not _sdk_disabled(env):
         try:
             if _exports("traces", env):
                 return True
@@ -124,6 +124,11 @@ def sdk_spans_wanted(env: Mapping[str, str] = os.environ, provider: object | Non
     if provider is None:
         provider = trace.get_tracer_provider()
     return not isinstance(provider, trace.ProxyTracerProvider)
+
+
+def _sdk_disabled(env: Mapping[str, str]) -> bool:
+    """OpenTelemetry's own switch: `OTEL_SDK_DISABLED=true` exports nothing."""
+    return env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 
 
 def _exports(signal: str, env: Mapping[str, str]) -> bool:
@@ -279,7 +284,7 @@ class Telemetry:
         _gauge(meter, "mcp.server.draining", "1", "1 while the server stops", counts.draining)
         meter.create_observable_counter(
             "mcp.server.log.dropped_lines",
-            callbacks=[_observe_dropped_lines],
+            callbacks=[_observed(dropped_lines)],
             unit="{line}",
             description="log lines dropped because nothing read stderr fast enough",
         )
@@ -467,17 +472,15 @@ def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
-def _observe_dropped_lines(_: CallbackOptions) -> Iterable[Observation]:
-    from opentelemetry.metrics import Observation
-
-    return [Observation(dropped_lines())]
-
-
-def _gauge(meter: Meter, name: str, unit: str, description: str, read: Callable[[], int]) -> None:
-    """A gauge read from a count the core keeps anyway, when a reader collects."""
+def _observed(read: Callable[[], int]) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    """An instrument's callback: a count the core keeps anyway, read when a reader collects."""
     from opentelemetry.metrics import Observation
 
     def observe(_: CallbackOptions) -> Iterable[Observation]:
         return [Observation(read())]
 
-    meter.create_observable_gauge(name, callbacks=[observe], unit=unit, description=description)
+    return observe
+
+
+def _gauge(meter: Meter, name: str, unit: str, description: str, read: Callable[[], int]) -> None:
+    meter.create_observable_gauge(name, callbacks=[_observed(read)], unit=unit, description=description)
