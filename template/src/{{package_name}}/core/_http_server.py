@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING
 import uvicorn
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from sse_starlette.sse import AppStatus
+from starlette.applications import Starlette
+from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from ._bearer import bearer_verifier
@@ -30,13 +33,14 @@ from ._http_limits import BodyReadTimeout, bounded_h11
 from ._http_rate_limits import gate_tool_calls
 from ._json_bounds import count_members_after_auth
 from ._logs import get_logger
+from ._modern_exchange import ModernExchange
 from ._oauth import oauth_verifier
 from ._probes import add_probes
 from ._readiness import Readiness
 from ._request_state import check_shared_request_state
 from ._scope_step_up import scope_step_up
 from ._sdk import forget_captured_signals, set_token_verifier
-from ._sessions import bound_sessions
+from ._sessions import SdkSessions, SessionAdmission
 from ._settings import CoreSettings
 from ._startup import exit_fatal
 
@@ -127,19 +131,44 @@ def build_app(server: ResilientServer, host: str, is_draining: Callable[[], bool
         transport_security=security,
         host=host,
     )
+    manager = server.session_manager
     if not settings.http_stateless:
-        bound_sessions(
+        around_sdk_app(
             app,
-            server.session_manager,
-            max_sessions=settings.max_sessions,
-            per_caller=settings.max_sessions_per_caller,
-            idle_s=settings.session_idle_timeout_s,
+            manager,
+            lambda sdk_app: SessionAdmission(
+                sdk_app,
+                SdkSessions(manager),
+                max_sessions=settings.max_sessions,
+                per_caller=settings.max_sessions_per_caller,
+                idle_s=settings.session_idle_timeout_s,
+            ),
         )
+    if settings.http_exchange == "core":  # inside the sessions' bounds: it serves no session
+        max_body = settings.max_request_bytes
+        around_sdk_app(app, manager, lambda sdk_app: ModernExchange(sdk_app, manager, max_body))
     count_members_after_auth(app, MCP_PATH, settings.max_request_bytes)
     gate_tool_calls(
         app, path=MCP_PATH, limits=server.limits, tools=server.limited_spec, step_up=scope_step_up(server)
     )
     return BodyReadTimeout(readiness.around(app), settings.http_read_timeout_s)
+
+
+def around_sdk_app(
+    app: Starlette, manager: StreamableHTTPSessionManager, wrap: Callable[[ASGIApp], ASGIApp]
+) -> None:
+    """Put `wrap(the SDK's /mcp app)` in its place: inside its auth and every other wrapper."""
+    for route in app.routes:
+        if not isinstance(route, Route):
+            continue
+        holder: object = route
+        while hasattr(holder, "app"):
+            inner = holder.app
+            if isinstance(inner, StreamableHTTPASGIApp) and inner.session_manager is manager:
+                setattr(holder, "app", wrap(inner))  # noqa: B010
+                return
+            holder = inner
+    raise LookupError("the SDK's HTTP app has no Streamable HTTP route")  # the SDK changed: fail loudly
 
 
 async def serve_http(server: ResilientServer, host: str, port: int) -> None:

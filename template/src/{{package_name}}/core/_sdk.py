@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import uvicorn
+from mcp.server import _streamable_http_modern as modern_entry
 from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.connection import Connection
 from mcp.server.lowlevel import Server
@@ -19,12 +20,14 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.server.mcpserver.utilities.func_metadata import _convert_to_content as convert_to_content
 from mcp.server.session import ServerSession
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import SubscriptionBus
 from mcp.shared._context_streams import create_context_streams
 from pydantic import TypeAdapter
 
 __all__ = [
     "H11_PROTOCOL_ATTRIBUTES",
+    "MODERN_ENTRY_NAMES",
     "connection_of",
     "context_input_params",
     "context_subscriptions",
@@ -33,8 +36,10 @@ __all__ = [
     "drop_sdk_spans",
     "forget_captured_signals",
     "lowlevel_server_of",
+    "modern_entry",
     "output_adapter",
     "request_context_of",
+    "session_manager_state",
     "set_token_verifier",
     "subscriptions_of",
 ]
@@ -42,6 +47,20 @@ __all__ = [
 # What BoundedH11Protocol (_http_limits) reads on uvicorn's H11Protocol, and on its request cycle.
 H11_PROTOCOL_ATTRIBUTES = ("app", "connections", "cycle", "loop", "transport")
 H11_CYCLE_ATTRIBUTES = ("response_complete",)
+# What ModernExchange (_modern_exchange) takes from the SDK's private 2026-07-28 HTTP entry.
+MODERN_ENTRY_NAMES = (
+    "_INVALID_BODY",
+    "_SSE_HEADERS",
+    "_SSE_PING_INTERVAL",
+    "_SingleExchangeDispatchContext",
+    "_acknowledge_notification",
+    "_is_notification_shaped",
+    "_mcp_param_rejection",
+    "_sse_event",
+    "_to_jsonrpc_response",
+    "_write",
+    "_write_rejection",
+)
 
 
 def output_adapter(metadata: FuncMetadata, model: Any) -> TypeAdapter[Any]:
@@ -105,6 +124,12 @@ def drop_sdk_spans(server: MCPServer) -> None:
     as the SDK's own comment on it says to opt out; its class is private."""
     chain = server.middleware
     chain[:] = [middleware for middleware in chain if not isinstance(middleware, OpenTelemetryMiddleware)]
+
+
+def session_manager_state(manager: StreamableHTTPSessionManager) -> tuple[bool, Any]:
+    """Whether the session manager runs (its task group is up), and the lifespan state it hands
+    to every request's handler."""
+    return manager._task_group is not None, manager._lifespan_state
 
 
 def forget_captured_signals(server: uvicorn.Server) -> None:

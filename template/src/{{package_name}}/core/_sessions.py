@@ -27,13 +27,11 @@ from dataclasses import dataclass
 
 import anyio
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
-from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._callers import caller
@@ -203,32 +201,3 @@ def _refusal(status: int, message: str) -> JSONResponse:
     log.warning("session_refused", status=status, detail=message)
     body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": message}}
     return JSONResponse(body, status_code=status, headers={"Retry-After": "1"})
-
-
-def bound_sessions(
-    app: Starlette,
-    manager: StreamableHTTPSessionManager,
-    *,
-    max_sessions: int,
-    per_caller: int,
-    idle_s: float,
-) -> None:
-    """Put SessionAdmission right around the SDK's /mcp app: inside its auth and every other wrapper."""
-    for route in app.routes:
-        if not isinstance(route, Route):
-            continue
-        holder: object = route
-        while hasattr(holder, "app"):
-            inner = holder.app
-            if isinstance(inner, StreamableHTTPASGIApp) and inner.session_manager is manager:
-                admission = SessionAdmission(
-                    inner,
-                    SdkSessions(manager),
-                    max_sessions=max_sessions,
-                    per_caller=per_caller,
-                    idle_s=idle_s,
-                )
-                setattr(holder, "app", admission)  # noqa: B010
-                return
-            holder = inner
-    raise LookupError("the SDK's HTTP app has no Streamable HTTP route")  # the SDK changed: fail loudly

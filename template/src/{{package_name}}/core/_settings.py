@@ -14,6 +14,7 @@ from ._project import ENV_PREFIX, SLUG
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 AuthMode = Literal["none", "bearer", "oauth"]
+HttpExchange = Literal["core", "sdk"]
 CacheScope = Literal["private", "public"]
 MAKE_A_REQUEST_STATE_KEY = '`python -c "import secrets; print(secrets.token_urlsafe(48))"`'
 # Comma-separated in the environment ("a,b"), not JSON.
@@ -81,6 +82,9 @@ class CoreSettings(BaseSettings):
     )
     allow_unauthenticated: bool = Field(False, description="let AUTH=none bind a non-loopback address")
     http_stateless: bool = Field(False, description="serve without sessions, so any replica answers")
+    http_exchange: HttpExchange = Field(
+        "core", description="who answers 2026-07-28 requests: the core, in the request's task, or the SDK"
+    )
     max_request_bytes: int = Field(4 * 1024 * 1024, gt=0, description="largest HTTP request body (413 above)")
     shutdown_grace_s: float = Field(10.0, ge=0, description="on SIGTERM, how long in-flight calls may finish")
     max_connections: int = Field(1000, gt=0, description="open HTTP connections; more get 503")
