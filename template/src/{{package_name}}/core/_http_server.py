@@ -20,11 +20,12 @@ import uvicorn
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-from sse_starlette.sse import AppStatus
+from sse_starlette.sse import AppStatus, EventSourceResponse
 from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
+from ._answer_stream import AnswerStream
 from ._bearer import bearer_verifier
 from ._errors import FatalError
 from ._http_bind import bind_address, check_bind, url_host
@@ -39,7 +40,7 @@ from ._probes import add_probes
 from ._readiness import Readiness
 from ._request_state import check_shared_request_state
 from ._scope_step_up import scope_step_up
-from ._sdk import forget_captured_signals, set_token_verifier
+from ._sdk import answer_posts_with, forget_captured_signals, set_token_verifier
 from ._sessions import SdkSessions, SessionAdmission
 from ._settings import CoreSettings
 from ._startup import exit_fatal
@@ -147,6 +148,7 @@ def build_app(server: ResilientServer, host: str, is_draining: Callable[[], bool
     if settings.http_exchange == "core":  # inside the sessions' bounds: it serves no session
         max_body = settings.max_request_bytes
         around_sdk_app(app, manager, lambda sdk_app: ModernExchange(sdk_app, manager, max_body))
+    answer_posts_with(AnswerStream if settings.http_exchange == "core" else EventSourceResponse)
     count_members_after_auth(app, MCP_PATH, settings.max_request_bytes)
     gate_tool_calls(
         app, path=MCP_PATH, limits=server.limits, tools=server.limited_spec, step_up=scope_step_up(server)

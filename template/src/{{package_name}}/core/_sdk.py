@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import mcp.server.streamable_http as session_transport
 import uvicorn
 from mcp.server import _streamable_http_modern as modern_entry
 from mcp.server._otel import OpenTelemetryMiddleware
@@ -24,10 +25,15 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import SubscriptionBus
 from mcp.shared._context_streams import create_context_streams
 from pydantic import TypeAdapter
+from sse_starlette import EventSourceResponse
+from sse_starlette._utils import collapse_excgroups
 
 __all__ = [
+    "EVENT_SOURCE_ATTRIBUTES",
     "H11_PROTOCOL_ATTRIBUTES",
     "MODERN_ENTRY_NAMES",
+    "answer_posts_with",
+    "collapse_excgroups",
     "connection_of",
     "context_input_params",
     "context_subscriptions",
@@ -60,6 +66,20 @@ MODERN_ENTRY_NAMES = (
     "_to_jsonrpc_response",
     "_write",
     "_write_rejection",
+)
+# What AnswerStream (_answer_stream) uses of sse-starlette's EventSourceResponse, methods and
+# attributes its __init__ sets, beyond the public API.
+EVENT_SOURCE_ATTRIBUTES = (
+    "_client_disconnected",
+    "_listen_for_disconnect",
+    "_listen_for_exit_signal_with_grace",
+    "_ping",
+    "_ping_interval",
+    "_response_complete",
+    "_response_started",
+    "_send_interrupted",
+    "_send_with_timeout",
+    "_stream_response",
 )
 
 
@@ -130,6 +150,11 @@ def session_manager_state(manager: StreamableHTTPSessionManager) -> tuple[bool, 
     """Whether the session manager runs (its task group is up), and the lifespan state it hands
     to every request's handler."""
     return manager._task_group is not None, manager._lifespan_state
+
+
+def answer_posts_with(response_class: type[EventSourceResponse]) -> None:
+    """The class the SDK's session transport builds its SSE streams with (the name it imported)."""
+    setattr(session_transport, "EventSourceResponse", response_class)  # noqa: B010
 
 
 def forget_captured_signals(server: uvicorn.Server) -> None:

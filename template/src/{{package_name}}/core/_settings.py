@@ -83,7 +83,7 @@ class CoreSettings(BaseSettings):
     allow_unauthenticated: bool = Field(False, description="let AUTH=none bind a non-loopback address")
     http_stateless: bool = Field(False, description="serve without sessions, so any replica answers")
     http_exchange: HttpExchange = Field(
-        "core", description="who answers 2026-07-28 requests: the core, in the request's task, or the SDK"
+        "core", description="who answers requests: the core, with fewer tasks a call, or the SDK as it is"
     )
     max_request_bytes: int = Field(4 * 1024 * 1024, gt=0, description="largest HTTP request body (413 above)")
     shutdown_grace_s: float = Field(10.0, ge=0, description="on SIGTERM, how long in-flight calls may finish")
