@@ -17,9 +17,9 @@ the same requests with the SDK's own checks, in the SDK's order, and the SDK's o
   that runs to its end whatever the client does, and its answer is written to nobody.
 
 Anything else goes to the SDK's entry unchanged: a handshake-era request, one without an
-`Mcp-Method` header, `subscriptions/listen` (a stream of notifications, not an exchange), and
-every request when `<PREFIX>HTTP_EXCHANGE=sdk`. tests/core/test_modern_exchange.py holds both
-entries to the same answers, request by request.
+`Mcp-Method` header, `subscriptions/listen` (a stream of notifications, not an exchange), a
+session manager set to answer in JSON only, and every request when `<PREFIX>HTTP_EXCHANGE=sdk`.
+tests/core/test_modern_exchange.py holds both entries to the same answers, request by request.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from ._sdk import session_manager_state
 WATCH_AFTER_S = 1.0  # how long a call runs before a watcher task looks after its connection
 _VERSION_HEADER = b"mcp-protocol-version"
 _METHOD_HEADER = b"mcp-method"
-_STREAMS = "subscriptions/listen"
+_STREAMS = b"subscriptions/listen"  # a stream of notifications, left to the SDK
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -83,10 +83,13 @@ class ModernExchange:
             return False
         version = _header(scope, _VERSION_HEADER)
         method = _header(scope, _METHOD_HEADER)
-        if version is None or method is None or method == _STREAMS.encode():
+        if version is None or method is None or method == _STREAMS:
             return False
         running, _ = session_manager_state(self.manager)
-        return running and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS
+        # JSON-only answers (`json_response`, which this server never sets) are the SDK's: its
+        # entry already runs those calls in the request's task.
+        modern = version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS
+        return running and modern and not self.manager.json_response
 
     async def _exchange(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The SDK's `handle_modern_request` up to the dispatch, step for step; then `_answer`."""
@@ -98,7 +101,7 @@ class ModernExchange:
             await refused(scope, receive, send)
             return
         has_json, has_sse = check_accept_headers(request)
-        if not has_json or (not manager.json_response and not has_sse):
+        if not (has_json and has_sse):  # the SDK's check, its `json_response` being off here
             await Response(status_code=406)(scope, receive, send)
             return
         body = await request.body()
@@ -115,9 +118,6 @@ class ModernExchange:
             req = JSONRPCRequest.model_validate(decoded)
         except ValidationError:
             await sdk._write(sdk._INVALID_BODY, scope, receive, send)
-            return
-        if req.method == _STREAMS and not has_sse:
-            await Response(status_code=406)(scope, receive, send)
             return
         duplicated = find_duplicated_routing_header(request.headers.items())
         if duplicated is not None:
@@ -150,7 +150,7 @@ class ModernExchange:
         connection = Connection.from_envelope(
             verdict.protocol_version, verdict.client_info, verdict.client_capabilities
         )
-        stream = None if manager.json_response else _ResponseStream(send)
+        stream = _ResponseStream(send)
         transport = TransportContext(kind="streamable-http", can_send_request=False, headers=request.headers)
         context = sdk._SingleExchangeDispatchContext(
             transport=transport,
@@ -158,14 +158,11 @@ class ModernExchange:
             message_metadata=ServerMessageMetadata(request_context=request),
             progress_token=progress_token_from_params(req.params),
             # It has what the context calls on the SDK's memory stream: send(), and its errors.
-            sink=cast("MemoryObjectSendStream[bytes] | None", stream),
+            sink=cast("MemoryObjectSendStream[bytes]", stream),
         )
         served = serve_one(
             manager.app, context, req.method, req.params, connection=connection, lifespan_state=lifespan_state
         )
-        if stream is None:  # JSON answers only: the SDK runs the handler in the request's task too
-            await sdk._write(await sdk._to_jsonrpc_response(req.id, served), scope, receive, send)
-            return
         watch = _Watch(receive, stream)
         with watch.call:
             try:
