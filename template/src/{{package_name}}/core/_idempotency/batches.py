@@ -6,11 +6,16 @@ pay what they always did. Callers that arrive while a batch is on its way to the
 wait; when it returns, the first of them sends everything that waited as one batch (one
 round trip, one commit, one flush), and each hears its own answer. If a batch fails, each
 of its callers sends its item again alone, so one caller's error is never another's.
+
+The callers of a batch that returned resume one after another, each once the one before it
+has: resumed all at once, each would run its call on to the next wait (the tool's body, the
+answer) while every other ready task, such as a call with no key at all, waited behind them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -40,6 +45,13 @@ class _Waiter(Generic[Item, Answer]):
     turn: asyncio.Future[Answer | _Lead | _Alone] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    # Set when its batch returned: the batch's next caller and its answer, woken by this one.
+    then: tuple[_Waiter[Item, Answer], Answer] | None = None
+
+    def wake_next(self) -> None:
+        if self.then is not None:
+            waiter, answer = self.then
+            waiter.turn.set_result(answer)
 
 
 class Batches(Generic[Item, Answer]):
@@ -65,6 +77,7 @@ class Batches(Generic[Item, Answer]):
         self._waiting.append(waiter)
         if self._in_flight:
             turn = await waiter.turn
+            waiter.wake_next()
             if isinstance(turn, _Alone):
                 return (await self._send([item]))[0]
             if not isinstance(turn, _Lead):
@@ -84,9 +97,13 @@ class Batches(Generic[Item, Answer]):
             if len(batch) == 1 or not isinstance(exc, Exception):
                 raise
         else:
-            for waiter, answer in zip(batch, answers, strict=True):
-                if waiter is not me:
-                    waiter.turn.set_result(answer)
+            answered = zip(batch, answers, strict=True)
+            others = [(waiter, answer) for waiter, answer in answered if waiter is not me]
+            for (waiter, _), after in itertools.pairwise(others):
+                waiter.then = after
+            if others:
+                first, answer = others[0]
+                first.turn.set_result(answer)
         finally:
             if self._waiting:  # still in flight: the next batch is the first waiter's to send
                 self._waiting[0].turn.set_result(LEAD)
