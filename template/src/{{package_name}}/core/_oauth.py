@@ -70,7 +70,7 @@ class JwtTokenVerifier:
             audience=self.audience,
             issuer=self.issuer,
             leeway=LEEWAY_S,
-            options={"require": ["exp", "iss", "aud"]},
+            options={"require": ["exp", "iss", "aud"]},  # a token without exp would never expire
         )
         for name in _NUMERIC_DATES:
             if name in claims and not is_numeric_date(claims[name]):
