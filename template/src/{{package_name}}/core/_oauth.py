@@ -1,29 +1,30 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
 """`AUTH=oauth`: an OAuth 2.1 resource server that accepts JWT access tokens.
 
-PyJWT checks the signature against the issuer's JWKS (its `PyJWKClient` fetches and caches
-the key set, and refetches when a token names a key it has not seen), then `iss`, `exp`,
-`nbf` and the audience: this server's resource URL (RFC 8707). The SDK's bearer middleware
-turns a refusal into 401, and a token without the required scopes into 403.
+PyJWT checks the signature against the issuer's keys, then `iss`, `exp`, `nbf` and the
+audience: this server's resource URL (RFC 8707). The SDK's bearer middleware turns a refusal
+into 401, and a token without the required scopes into 403. A token must name its caller
+(`sub`, else `client_id` or `azp`): one that names nobody is refused, since callers are told
+apart by it (sessions, rate limits, idempotency keys).
 
-An issuer that cannot be reached refuses tokens (401, the only refusal a TokenVerifier has)
-for a while after each failed fetch, so an outage costs one fetch's wait, not one per request.
+The keys come from the issuer's JWKS (PyJWT's `PyJWKClient` fetches and parses it) through
+`SigningKeyCache` (`_oauth_keys.py`): a key that verified keeps verifying while the issuer is
+unreachable, and a token naming an unknown key waits at most a couple of seconds for one
+refresh that all such tokens share, never delaying the others.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-import time
 import urllib.request
 from typing import Any
 
-import anyio
 import jwt
 from mcp.server.auth.provider import AccessToken
 
 from ._errors import FatalError
 from ._logs import get_logger
+from ._oauth_keys import SigningKeyCache
 from ._project import ENV_PREFIX
 from ._settings import CoreSettings
 from ._text import clip
@@ -31,9 +32,12 @@ from ._text import clip
 log = get_logger(__name__)
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
 LEEWAY_S = 30  # clocks of the issuer and this server may differ a little
-_FETCH_TIMEOUT_S = 10
-_RETRY_AFTER_S = (5.0, 60.0)  # after a failed fetch: the first wait, doubling up to the cap
+FETCH_TIMEOUT_S = 10  # one fetch of metadata or keys; no request waits this long (see _oauth_keys.py)
 _NUMERIC_DATES = ("exp", "nbf", "iat")
+
+
+class NoCallerError(jwt.InvalidTokenError):
+    """The token names no caller: neither `sub` nor `client_id` (nor `azp`)."""
 
 
 class JwtTokenVerifier:
@@ -43,35 +47,22 @@ class JwtTokenVerifier:
         self.issuer = issuer
         self.audience = audience
         self._jwks_url = jwks_url
-        self._keys: jwt.PyJWKClient | None = None
-        # One fetch at a time: concurrent requests share its outcome instead of each waiting.
-        self._fetching = threading.Lock()
-        self._retry_at = 0.0
-        self._retry_after_s = _RETRY_AFTER_S[0]
+        self._jwks: jwt.PyJWKClient | None = None
+        self.keys = SigningKeyCache(self._fetch_keys)
 
-    def _client(self) -> jwt.PyJWKClient:
-        if self._keys is None:
+    def _fetch_keys(self) -> list[jwt.PyJWK]:
+        """The issuer's signing keys as its JWKS lists them now (blocking: the refresh's thread)."""
+        if self._jwks is None:
             url = self._jwks_url or discover_jwks_url(self.issuer)
-            self._keys = jwt.PyJWKClient(url, cache_keys=True, lifespan=300, timeout=_FETCH_TIMEOUT_S)
-        return self._keys
+            self._jwks = jwt.PyJWKClient(url, cache_jwk_set=False, timeout=FETCH_TIMEOUT_S)
+        return self._jwks.get_signing_keys(refresh=True)
 
-    def _signing_key(self, token: str) -> jwt.PyJWK:
-        """The token's key, from the cache or the issuer; refused at once while the issuer is backed off."""
-        with self._fetching:
-            wait = self._retry_at - time.monotonic()
-            if wait > 0:
-                raise jwt.PyJWKClientConnectionError(f"the issuer failed; next try in {wait:.0f} s")
-            try:
-                key = self._client().get_signing_key_from_jwt(token)
-            except (OSError, jwt.PyJWKClientConnectionError):
-                self._retry_at = time.monotonic() + self._retry_after_s
-                self._retry_after_s = min(2 * self._retry_after_s, _RETRY_AFTER_S[1])
-                raise
-            self._retry_after_s = _RETRY_AFTER_S[0]
-            return key
-
-    def _decode(self, token: str) -> dict[str, Any]:
-        key = self._signing_key(token)
+    async def _claims(self, token: str) -> dict[str, Any]:
+        kid = jwt.get_unverified_header(token).get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise jwt.InvalidTokenError("the token's header names no key (kid)")
+        key = await self.keys.signing_key(kid)
+        # On the event loop: one signature check costs tens of microseconds.
         claims: dict[str, Any] = jwt.decode(
             token,
             key,
@@ -79,7 +70,7 @@ class JwtTokenVerifier:
             audience=self.audience,
             issuer=self.issuer,
             leeway=LEEWAY_S,
-            options={"require": ["exp", "iss", "aud"]},
+            options={"require": ["exp", "iss", "aud"]},  # a token without exp would never expire
         )
         for name in _NUMERIC_DATES:
             if name in claims and not is_numeric_date(claims[name]):
@@ -88,22 +79,37 @@ class JwtTokenVerifier:
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
-            # PyJWKClient fetches with urllib: off the event loop.
-            claims = await anyio.to_thread.run_sync(self._decode, token)
-        except (jwt.PyJWTError, OSError, ValueError) as exc:
+            claims = await self._claims(token)
+            subject, client_id = token_caller(claims)
+        except (jwt.PyJWTError, ValueError) as exc:
             # The reason, never the token.
             log.info("token_refused", reason=type(exc).__name__, detail=clip(str(exc), 200, mark=""))
             return None
-        subject = str(claims.get("sub") or "")
         return AccessToken(
             token=token,
-            client_id=str(claims.get("client_id") or claims.get("azp") or subject),
+            client_id=client_id,
             scopes=token_scopes(claims),
             expires_at=int(claims["exp"]),
             resource=self.audience,
-            subject=subject or None,
+            subject=subject,
             claims={"iss": claims["iss"]},
         )
+
+
+def token_caller(claims: dict[str, Any]) -> tuple[str | None, str]:
+    """The token's subject (`sub`) and client (`client_id`, else `azp`, else the subject).
+
+    A `NoCallerError` when it names neither: such tokens would all share one caller.
+    """
+    subject = claims.get("sub") or None  # PyJWT has checked that a `sub` is a string
+    client = next((claims[name] for name in ("client_id", "azp") if _is_named(claims.get(name))), None)
+    if subject is None and client is None:
+        raise NoCallerError("the token names no caller: it has no sub, client_id or azp claim")
+    return subject, str(client or subject)
+
+
+def _is_named(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
 
 
 def is_numeric_date(value: object) -> bool:
@@ -127,7 +133,7 @@ def discover_jwks_url(issuer: str) -> str:
     base = issuer.rstrip("/")
     for well_known in ("/.well-known/oauth-authorization-server", "/.well-known/openid-configuration"):
         try:
-            with urllib.request.urlopen(base + well_known, timeout=_FETCH_TIMEOUT_S) as response:
+            with urllib.request.urlopen(base + well_known, timeout=FETCH_TIMEOUT_S) as response:
                 metadata = json.load(response)
         except (OSError, ValueError):
             continue
