@@ -37,9 +37,9 @@ class HealthReport(BaseModel):
     version: str
     uptime_s: float
     checks: dict[str, Check] = Field(description="one entry per dependency")
-    calls: int = Field(description="tool calls answered since start")
+    calls: int = Field(description="tool calls, resource reads, prompt gets and completions answered")
     errors: dict[str, int] = Field(description="failed calls by category")
-    in_flight: int = Field(description="tool calls running now, besides this one")
+    in_flight: int = Field(description="calls running now (of every primitive), besides this one")
     keys_in_doubt: int | None = Field(description="idempotency keys whose outcome is unknown (null: unknown)")
 
 

@@ -1,13 +1,15 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
-"""HTTP 429 with `Retry-After` for a tool call that a limit refuses, before its body is read.
+"""HTTP 429 with `Retry-After` for a call that a limit refuses, before its body is read.
 
 A 2026-07-28 request names its method and tool in headers (`Mcp-Method`, `Mcp-Name`; the SDK
 refuses a request whose body says otherwise), so a `tools/call` can be told from the rest
-without parsing. The gate sits inside the SDK's auth middleware, where the caller is known,
-and asks the same limits the core enforces, without taking anything: the core takes the
-call's share when it runs the call. A 2025-11-25 request carries no such headers; it reaches
-the core, which answers `rate_limited` in the tool result, as it does for a call that passed
-the gate but lost a race for the last slot. With `AUTH=oauth` the gate first asks the scope
+without parsing. A `resources/read`, `prompts/get` or `completion/complete` meets the same
+server-wide limits as a tool call (`_primitive_bounds`), so it is refused here alike. The gate
+sits inside the SDK's auth middleware, where the caller is known, and asks the same limits
+the core enforces, without taking anything: the core takes the call's share when it runs the
+call. A 2025-11-25 request carries no such headers; it reaches the core, which answers
+`rate_limited` in the tool result (a JSON-RPC error for the other primitives), as it does for
+a call that passed the gate but lost a race for the last slot. With `AUTH=oauth` the gate first asks the scope
 step-up check (`_scope_step_up`): a call the token may not make gets 403, not 429.
 """
 
@@ -24,16 +26,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._asgi_json import send_json
 from ._callers import caller
+from ._outcomes import RATE_LIMITED_CODE
 from ._rate_limits import CallLimits
 from ._scope_step_up import ScopeStepUp
 from ._tool import ToolSpec
 
-# The JSON-RPC code for "rate limited" that SEP-3304 proposes (open); the result says the rest.
-RATE_LIMITED_CODE = -32023
+# The methods bounded like a tool call that name no tool: only the server-wide limits apply.
+BOUNDED_PRIMITIVES = frozenset({"resources/read", "prompts/get", "completion/complete"})
 
 
 class RateLimitGate:
-    """ASGI middleware around the /mcp route: a `tools/call` POST over a limit gets 429 at once.
+    """ASGI middleware around the /mcp route: a call POST over a limit gets 429 at once.
 
     One needing a scope the token lacks gets the step-up 403 first, as the core checks scopes first.
     """
@@ -56,15 +59,19 @@ class RateLimitGate:
         turned_away = user is not None and not user.is_authenticated  # its 401 comes next, not a 429
         if scope["type"] == "http" and scope["method"] == "POST" and not turned_away:
             headers = Headers(scope=scope)
-            if headers.get(MCP_METHOD_HEADER) == "tools/call":
+            method = headers.get(MCP_METHOD_HEADER)
+            refused = None
+            if method == "tools/call":
                 name = decode_header_value(headers.get(MCP_NAME_HEADER))
                 if name is not None and self.step_up is not None and await self.step_up.refused(name, send):
                     return
                 spec = self.tools(name) if name is not None else None
                 refused = self.limits.refusal(spec, caller()) if spec is not None else None
-                if refused is not None:
-                    await _too_many_requests(send, refused.message, refused.retry_after_s)
-                    return
+            elif method in BOUNDED_PRIMITIVES:
+                refused = self.limits.refusal(None, caller())
+            if refused is not None:
+                await _too_many_requests(send, refused.message, refused.retry_after_s)
+                return
         await self.app(scope, receive, send)
 
 

@@ -32,6 +32,10 @@ Category = Literal[
     "rate_limited",
 ]
 
+# The JSON-RPC code for "rate limited" that SEP-3304 proposes (open): an HTTP 429's, and a
+# refused resource read's, prompt get's or completion's (a tool's refusal is its result).
+RATE_LIMITED_CODE = -32023
+
 # Whether retrying the same call can help, by category (conflict: only while in progress).
 RETRYABLE: dict[Category, bool] = {
     "unknown_tool": False,

@@ -11,6 +11,8 @@ raises on purpose passes unchanged.
 
 The SDK registers and renders them (`MCPServer.resource`, `add_prompt`, `completion`);
 `ResilientServer` overrides the public `read_resource` and `get_prompt` to call `answered`.
+Each runs within the limits tool calls meet (`_primitive_bounds`): a refusal or a stop at the
+time limit is `rate_limited` (code -32023, with `retry_after_s`) or `timeout`.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from ._callers import caller
 from ._discovery import Primitives
 from ._errors import FatalError, ToolInputError
 from ._logs import get_logger
-from ._outcomes import error_meta, shown
+from ._outcomes import RATE_LIMITED_CODE, error_meta, shown
+from ._primitive_bounds import LimitRefusal, PrimitiveBounds
 from ._primitives import MAX_COMPLETION_VALUES, CompletionSpec
 from ._redaction import redact_text
 from ._resilience import Failure, classify
@@ -52,9 +55,10 @@ log = get_logger(__name__)
 T = TypeVar("T")
 _SHOWN_NAMES = 20  # an unknown-name answer lists this many declared names
 _TARGET_IN_LOG = 200  # a client may send any URI or name; the log keeps this much of it
+_CODES = {"invalid_input": INVALID_PARAMS, "rate_limited": RATE_LIMITED_CODE}  # the rest: INTERNAL_ERROR
 
 
-def register(server: MCPServer[Any], primitives: Primitives) -> dict[str, Prompt]:
+def register(server: MCPServer[Any], primitives: Primitives, bounds: PrimitiveBounds) -> dict[str, Prompt]:
     """Hand the owner's resources, prompts and completers to the SDK, which lists and renders them;
     the prompts by name, for their arguments to be checked before the SDK renders one.
 
@@ -94,9 +98,9 @@ def register(server: MCPServer[Any], primitives: Primitives) -> dict[str, Prompt
             if chosen is None:  # nothing to offer for this target: an empty answer, as the spec allows
                 return Completion(values=[], has_more=False)
             filled = dict(context.arguments or {}) if context is not None else {}
-            return await answered(
-                "completion/complete", target, functools.partial(_completed, chosen, argument, filled)
-            )
+            method = "completion/complete"
+            run = bounds.within(method, functools.partial(_completed, chosen, argument, filled))
+            return await bounds.counted(method, answered(method, target, run))
 
         server.completion()(complete)  # type: ignore[no-untyped-call]  # the SDK's decorator is untyped
     return prompts
@@ -180,7 +184,7 @@ async def answered(
             )
         if failure.category == "fatal" and on_fatal is not None:
             on_fatal()
-        code = INVALID_PARAMS if failure.category == "invalid_input" else INTERNAL_ERROR
+        code = _CODES.get(failure.category, INTERNAL_ERROR)
         raise MCPError(
             code=code,
             message=f"{failure.category}: {shown(failure.message)}",
@@ -192,6 +196,8 @@ async def answered(
 
 def _classified(exc: Exception, target: str, correlation_id: str) -> Failure:
     """The category of what the owner's function raised, out of the SDK's wrappers around it."""
+    if isinstance(exc, LimitRefusal):  # refused or stopped by a limit before the owner's function ended
+        return exc.failure
     cause = _owner_exception(exc)
     if isinstance(cause, ValidationError):  # a template parameter or prompt argument of the wrong type
         return Failure("invalid_input", describe_validation_error(cause), cause)

@@ -1,6 +1,9 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
 """Rate and concurrency limits on tool calls: a call over one is refused at once, never queued.
 
+A resource read, prompt get or completion meets the same two server-wide limits (the same
+bucket, the same count), as a call with no limits of its own (`spec` None).
+
 - `RATE_LIMIT`: calls per minute per caller, a token bucket. The caller is the token's
   subject over HTTP with auth; stdio, and HTTP without auth, share one bucket.
 - `@tool(rate_limit=)`: calls per minute per caller for that tool, a bucket of its own.
@@ -103,9 +106,10 @@ class CallLimits:
         self.running = 0
         self._running_by_tool: dict[str, int] = {}
 
-    def refusal(self, spec: ToolSpec, caller: str | None) -> Refusal | None:
-        """Why a call of `spec` by `caller` may not start now, or None; changes nothing."""
-        name = spec.name
+    def refusal(self, spec: ToolSpec | None, caller: str | None) -> Refusal | None:
+        """Why a call of `spec` (None: another primitive) by `caller` may not start now, or None;
+        changes nothing."""
+        name = spec.name if spec is not None else ""
         if name in EXEMPT_TOOLS:
             return None
         # The rates first: their waits are the longer ones, so a retry then meets neither.
@@ -117,7 +121,7 @@ class CallLimits:
                     f"nothing was run, {_in(wait)}",
                     wait,
                 )
-        if spec.rate_limit is not None:
+        if spec is not None and spec.rate_limit is not None:
             wait = self.buckets.wait_s((name, caller), spec.rate_limit)
             if wait:
                 return Refusal(
@@ -131,7 +135,11 @@ class CallLimits:
                 f"(MAX_CONCURRENT_CALLS); nothing was run, {_in(BUSY_RETRY_AFTER_S)}",
                 BUSY_RETRY_AFTER_S,
             )
-        if spec.max_concurrency is not None and self._running_by_tool.get(name, 0) >= spec.max_concurrency:
+        if (
+            spec is not None
+            and spec.max_concurrency is not None
+            and self._running_by_tool.get(name, 0) >= spec.max_concurrency
+        ):
             return Refusal(
                 f"{name} is already running its limit of {_calls(spec.max_concurrency)} at once "
                 f"(its max_concurrency); nothing was run, {_in(BUSY_RETRY_AFTER_S)}",
@@ -139,22 +147,27 @@ class CallLimits:
             )
         return None
 
-    def enter(self, spec: ToolSpec, caller: str | None) -> Refusal | None:
+    def enter(self, spec: ToolSpec | None, caller: str | None) -> Refusal | None:
         """Start a call: its refusal, or None once the call holds its share (then `leave` it)."""
         refused = self.refusal(spec, caller)
-        if refused is not None or spec.name in EXEMPT_TOOLS:
+        if refused is not None or (spec is not None and spec.name in EXEMPT_TOOLS):
             return refused
         if self.rate_limit:
             self.buckets.take((_SERVER_WIDE, caller), self.rate_limit)
+        self.running += 1
+        if spec is None:
+            return None
         if spec.rate_limit is not None:
             self.buckets.take((spec.name, caller), spec.rate_limit)
-        self.running += 1
         if spec.max_concurrency is not None:
             self._running_by_tool[spec.name] = self._running_by_tool.get(spec.name, 0) + 1
         return None
 
-    def leave(self, spec: ToolSpec) -> None:
+    def leave(self, spec: ToolSpec | None) -> None:
         """A call that `enter` let in has ended."""
+        if spec is None:
+            self.running -= 1
+            return
         if spec.name in EXEMPT_TOOLS:
             return
         self.running -= 1

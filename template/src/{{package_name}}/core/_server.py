@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
@@ -37,6 +37,7 @@ from ._fatal_exit import FatalExit
 from ._handshake_era import HandshakeEraMethods
 from ._health import CallStats, HealthCheck
 from ._idempotency import StoreHandle
+from ._primitive_bounds import PrimitiveBounds, PrimitiveTelemetry
 from ._primitive_calls import answered, prompt_arguments, register
 from ._rate_limits import CallLimits
 from ._resources import Resources
@@ -47,6 +48,10 @@ from ._shutdown import Shutdown
 from ._startup import exit_fatal
 from ._tool import ToolSpec
 from ._tool_call import CallTelemetry, ToolCalls
+
+
+class ServerTelemetry(CallTelemetry, PrimitiveTelemetry, Protocol):
+    """What the telemetry is told: every tool call, and every other primitive answered."""
 
 
 class ResilientServer(MCPServer[Any]):
@@ -85,16 +90,18 @@ class ResilientServer(MCPServer[Any]):
             shutdown=self.shutdown,
             new_context=functools.partial(Context, mcp_server=self, subscriptions=subscriptions_of(self)),
         )
+        # Reads, gets and completions within the same limits, counted where tool calls are.
+        self.bounds = PrimitiveBounds(limits=self.limits, stats=stats, timeout_s=app_settings.tool_timeout_s)
         self.primitives = primitives or Primitives()
         self.strict = strict
-        self.prompts = register(self, self.primitives)
+        self.prompts = register(self, self.primitives, self.bounds)
         self._serve_handshake_era_methods()
         self.app_settings = app_settings
         self.stats = stats
         self.store = store
         self.resources = resources or Resources([], [])  # the owner's lifespans and dependency checks
         self.health_checks = dict(health_checks or {})  # what health_check reports; /readyz runs them
-        self._telemetry: CallTelemetry | None = None
+        self._telemetry: ServerTelemetry | None = None
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -103,13 +110,13 @@ class ResilientServer(MCPServer[Any]):
 
     # What serving arms is set here, as before; `tool_calls` holds it for every call to read.
     @property
-    def telemetry(self) -> CallTelemetry | None:
+    def telemetry(self) -> ServerTelemetry | None:
         """Started when serving, if METRICS or OTEL_* ask for it."""
         return self._telemetry
 
     @telemetry.setter
-    def telemetry(self, telemetry: CallTelemetry | None) -> None:
-        self._telemetry = self.tool_calls.telemetry = telemetry
+    def telemetry(self, telemetry: ServerTelemetry | None) -> None:
+        self._telemetry = self.tool_calls.telemetry = self.bounds.telemetry = telemetry
 
     @property
     def fatal_exit(self) -> FatalExit | None:
@@ -133,12 +140,12 @@ class ResilientServer(MCPServer[Any]):
         self, uri: Any, context: Context[Any, Any] | None = None
     ) -> Iterable[ReadResourceContents] | InputRequiredResult:
         """A resource read through the core: categorised failures, an unknown URI as -32602."""
-        read = functools.partial(MCPServer.read_resource, self, uri, context)
+        method = "resources/read"
+        read = self.bounds.within(method, functools.partial(MCPServer.read_resource, self, uri, context))
         known = (spec.uri for spec in self.primitives.resources)  # read only for an unknown URI
         fatal = self._fatal_after(context)
-        return await answered(
-            "resources/read", str(uri), read, uri=str(uri), known_uris=known, on_fatal=fatal
-        )
+        answer = answered(method, str(uri), read, uri=str(uri), known_uris=known, on_fatal=fatal)
+        return await self.bounds.counted(method, answer)
 
     async def get_prompt(
         self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
@@ -149,7 +156,11 @@ class ResilientServer(MCPServer[Any]):
             given = prompt_arguments(self.prompts, name, arguments, strict=self.strict)
             return await MCPServer.get_prompt(self, name, given, context)
 
-        return await answered("prompts/get", name, checked_then_rendered, on_fatal=self._fatal_after(context))
+        method = "prompts/get"
+        rendered = self.bounds.within(method, checked_then_rendered)
+        return await self.bounds.counted(
+            method, answered(method, name, rendered, on_fatal=self._fatal_after(context))
+        )
 
     def _fatal_after(self, context: Context[Any, Any] | None) -> Callable[[], None]:
         """Stop the server once this request is answered (armed only while serving a transport)."""

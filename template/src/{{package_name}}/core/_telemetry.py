@@ -58,6 +58,7 @@ OTHER = "_OTHER"  # a label for a name the client made up: label values stay bou
 TOOL = "gen_ai.tool.name"
 CATEGORY = "mcp.tool.category"  # "ok", an error category, or "protocol_error"
 IDEMPOTENCY_OUTCOME = "mcp.idempotency.outcome"
+METHOD = "mcp.method.name"
 # Request methods of both eras: any other a client sends is counted as _OTHER.
 KNOWN_METHODS = frozenset(
     {
@@ -275,7 +276,14 @@ class Telemetry:
                 description="side-effecting calls by idempotency outcome: new, replayed, conflict, in_doubt",
             ),
             rate_limited=meter.create_counter(
-                "mcp.server.rate_limited", unit="{call}", description="calls refused by a rate limit"
+                "mcp.server.rate_limited",
+                unit="{call}",
+                description="calls refused by a rate limit: by tool, or by method for the other primitives",
+            ),
+            primitive_calls=meter.create_counter(
+                "mcp.server.primitive.calls",
+                unit="{call}",
+                description="resource reads, prompt gets and completions answered, by method and category",
             ),
         )
         counts = _Counts(self.server)
@@ -377,6 +385,15 @@ class Telemetry:
         if category == "rate_limited":
             meters.rate_limited.add(1, {TOOL: tool})
 
+    def primitive_call(self, method: str, category: str) -> None:
+        """How a resource read, prompt get or completion ended, in the counters (its span has its error)."""
+        meters = self._meters
+        if meters is None:
+            return
+        meters.primitive_calls.add(1, {METHOD: method, CATEGORY: category})
+        if category == "rate_limited":
+            meters.rate_limited.add(1, {METHOD: method})
+
     async def around_request(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """Server middleware outside the SDK's span: the HTTP traceparent, and the request's duration."""
         token = None
@@ -407,7 +424,7 @@ class Telemetry:
 
     def _request_labels(self, ctx: ServerRequestContext[Any, Any], error_type: str | None) -> dict[str, str]:
         method = ctx.method if ctx.method in KNOWN_METHODS else OTHER
-        labels = {"mcp.method.name": method}
+        labels = {METHOD: method}
         if method == "tools/call":
             name = ctx.params.get("name") if ctx.params else None
             labels[TOOL] = name if isinstance(name, str) and name in self.server.served else OTHER
@@ -423,6 +440,7 @@ class _Instruments:
     retries: Counter
     idempotency: Counter
     rate_limited: Counter
+    primitive_calls: Counter
 
 
 @dataclass(frozen=True)
