@@ -5,6 +5,7 @@ ServerError
 ├── ToolInputError          invalid_input: the model can fix its arguments
 ├── TransientError          transient: worth retrying (for a side effect: nothing was applied)
 │   ├── StoreUnavailableError   the idempotency table could not be read or written just now
+│   │   └── TableLostError      its file was deleted or replaced: nothing more until a restart
 │   └── ClaimLostError          another server took this key over: the body did not run
 ├── TerminalError           terminal: a business rule said no
 ├── FatalError              fatal: the server cannot go on (exit 78 before serving, 70 after)
@@ -67,6 +68,18 @@ class StoreUnavailableError(TransientError):
 
     def __init__(self, operation: str) -> None:
         super().__init__(f"the idempotency table is unavailable ({operation} failed); try again shortly")
+
+
+class TableLostError(StoreUnavailableError):
+    """The table's file was deleted or replaced while the server ran: it answers no key until restarted."""
+
+    def __init__(self) -> None:
+        TransientError.__init__(
+            self,
+            "the idempotency table's file was deleted or replaced while this server ran, so it can no "
+            "longer tell which calls already happened; nothing was run. The server must be restarted on "
+            "a table it can trust: retry once it has been",
+        )
 
 
 class ClaimLostError(TransientError):

@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 from mcp.types import CallToolResult, InputRequiredResult
 
-from ._errors import StoreUnavailableError
+from ._errors import StoreUnavailableError, TableLostError
 from ._idempotency import Claim, IdempotencyStore
 from ._logs import get_logger
 from ._outcomes import Category
@@ -204,6 +204,8 @@ async def _write(operation: Callable[[], Awaitable[None]]) -> None:
             try:
                 await operation()
                 return
+            except TableLostError:
+                break  # the table will not come back while this server runs
             except StoreUnavailableError:
                 if time.monotonic() + pause > give_up:
                     break

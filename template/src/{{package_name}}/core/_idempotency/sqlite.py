@@ -33,18 +33,22 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
 
-from .._errors import FatalError, StoreUnavailableError
+from .._errors import FatalError, StoreUnavailableError, TableLostError
 from .._project import ENV_PREFIX
 from .._startup import DATA_DIR_FIX
 from .instances import OwnerRow, same_boot
 from .sql import NO_PARAMS, SCHEMA_VERSION, Dialect, Params, Session, SQLStore
 from .sqlite_writer import SQLiteWriter, WriterSession
 from .store import DEFAULT_TTL_S, HEARTBEAT_S
+from .table_file import TableFile
+
+if TYPE_CHECKING:
+    from .._health import HealthStatus
 
 _log = structlog.get_logger(__name__)
 
@@ -81,6 +85,7 @@ class SQLiteStore(SQLStore):
         self._writer: SQLiteWriter | None = None
         self._writer_conn: sqlite3.Connection | None = None
         self._heartbeat_conn: sqlite3.Connection | None = None
+        self._table_file = TableFile(path)  # whether the path still names the file opened
 
     def where(self) -> str:
         return f"sqlite {self.path.name}"
@@ -98,6 +103,12 @@ class SQLiteStore(SQLStore):
                 f"data directory {self.path.parent} cannot be created ({exc.strerror or exc})", DATA_DIR_FIX
             ) from None
         try:
+            self._table_file.hold()
+        except OSError as exc:
+            raise FatalError(
+                f"the idempotency table {self.path} cannot be opened ({exc.strerror or exc})", DATA_DIR_FIX
+            ) from None
+        try:
             writer = _connect(self.path, busy_timeout_s=BUSY_TIMEOUT_S)
             try:
                 loop = _connect(self.path, busy_timeout_s=0)
@@ -106,6 +117,7 @@ class SQLiteStore(SQLStore):
                 writer.close()
                 raise
         except sqlite3.Error as exc:
+            self._table_file.release()
             fatal = self._open_failed(exc)
             assert fatal is not None
             raise fatal from None
@@ -124,8 +136,14 @@ class SQLiteStore(SQLStore):
             if conn is not None:
                 conn.close()
         self._conn = self._writer_conn = None
+        self._table_file.release()  # last: closing it drops this process's locks on the file
 
     def _open_failed(self, exc: Exception) -> FatalError | None:
+        if isinstance(exc, TableLostError):
+            return FatalError(
+                f"the idempotency table {self.path} was {self._table_file.lost()} while the server opened it",
+                "make sure nothing else moves files in the data directory, then start again",
+            )
         if not isinstance(exc, sqlite3.Error):
             return None
         variable = f"{ENV_PREFIX}DATA_DIR"
@@ -158,6 +176,7 @@ class SQLiteStore(SQLStore):
         conn, writer = self._conn, self._writer
         if conn is None or writer is None:
             raise RuntimeError("the idempotency store is not open: call open() first")
+        self._table_file.ensure()  # one stat: never a claim, a replay or a write in a lost table
         try:
             if transaction:
                 async with writer.session(durable=durable) as session:
@@ -172,8 +191,19 @@ class SQLiteStore(SQLStore):
             )
             raise StoreUnavailableError(operation) from exc
 
+    async def check(self) -> tuple[HealthStatus, str]:
+        lost = self._table_file.lost()
+        if lost is not None:
+            return "failing", f"{self.where()}: the file was {lost} while the server ran; restart it"
+        return await super().check()
+
+    async def _beat_in_thread(self) -> None:
+        if self._table_file.lost() is None:  # looked at every beat: a loss is seen within one
+            await super()._beat_in_thread()
+
     @asynccontextmanager
     async def _heartbeat_transaction(self) -> AsyncIterator[Session]:
+        self._table_file.ensure()
         if self._heartbeat_conn is None:
             self._heartbeat_conn = _connect(self.path, busy_timeout_s=BUSY_TIMEOUT_S)
         with _transaction(self._heartbeat_conn):
