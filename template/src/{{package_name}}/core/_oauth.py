@@ -95,9 +95,13 @@ class JwtTokenVerifier:
             log.info("token_refused", reason=type(exc).__name__, detail=clip(str(exc), 200, mark=""))
             return None
         subject = str(claims.get("sub") or "")
+        client_id = str(claims.get("client_id") or claims.get("azp") or subject)
+        if not client_id:  # nobody to own its idempotency keys, tasks or rate limit
+            log.info("token_refused", reason="no_subject", detail="the token has no sub, client_id or azp")
+            return None
         return AccessToken(
             token=token,
-            client_id=str(claims.get("client_id") or claims.get("azp") or subject),
+            client_id=client_id,
             scopes=token_scopes(claims),
             expires_at=int(claims["exp"]),
             resource=self.audience,
