@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 
+from ._idempotency import LOCAL_CALLER
+
 
 def caller() -> str | None:
     """The subject of an authenticated HTTP call's token; None over stdio or without auth."""
@@ -14,6 +16,24 @@ def caller() -> str | None:
     if token is None:
         return None
     return token.subject or token.client_id
+
+
+def key_caller(authenticated: bool) -> str:
+    """Whose idempotency keys a call uses: `sub:<subject>` of its token, else `client:<client_id>`;
+    LOCAL_CALLER, the one principal, over stdio or HTTP without auth (`authenticated` False).
+
+    The prefixes keep a subject from ever naming the one principal, the legacy rows, or a
+    client whose id is another token's subject.
+    """
+    if not authenticated:
+        return LOCAL_CALLER
+    token = get_access_token()
+    if token is not None and token.subject:
+        return f"sub:{token.subject}"
+    if token is not None and token.client_id:
+        return f"client:{token.client_id}"
+    # Unreachable while the verifiers refuse such tokens; never share a key space among them.
+    raise PermissionError("an authenticated call without a subject or client id")
 
 
 def missing_scopes(required: Sequence[str]) -> list[str]:

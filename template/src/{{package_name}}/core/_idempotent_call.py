@@ -26,7 +26,7 @@ import anyio
 from mcp.types import CallToolResult, InputRequiredResult
 
 from ._errors import StoreUnavailableError, TableLostError
-from ._idempotency import Claim, IdempotencyStore
+from ._idempotency import Claim, IdempotencyStore, Outcome
 from ._logs import get_logger
 from ._outcomes import Category
 from ._project import SLUG
@@ -50,6 +50,7 @@ RECONCILED_NOTE = "settled by the tool's reconcile function"
 async def claim_key(
     store: IdempotencyStore,
     *,
+    caller: str,
     tool: str,
     key: str,
     fingerprint: str,
@@ -58,8 +59,9 @@ async def claim_key(
     reconcile: Reconcile | None = None,
     start_with_claim: bool = False,
 ) -> HeldKey | Attempts:
-    """Claim (tool, key) before the tool runs: the key held for this call, or the answer
-    without running (a replay, a conflict, a key in doubt, the store not answering).
+    """Claim (caller, tool, key) before the tool runs: the key held for this call, or the answer
+    without running (a replay, a conflict, a key in doubt, the store not answering). Another
+    caller's key is a new key: its row is never read, so no answer tells that it exists.
 
     `start_with_claim`: nothing can come between the claim and the body (an async tool
     that asks the client nothing first), so the claim records the body's start itself,
@@ -67,31 +69,34 @@ async def claim_key(
     """
     start_with_claim = start_with_claim and store.start_in_claim
     try:
-        claim = await store.claim(tool, key, fingerprint, lease_s, started=start_with_claim)
+        claim = await store.claim(tool, key, fingerprint, lease_s, caller=caller, started=start_with_claim)
         if claim.kind == "in_doubt" and reconcile is not None and claim.reconcilable:
-            claim = await _reconciled(store, tool, key, fingerprint, lease_s, reconcile, start_with_claim)
+            claim = await _reconciled(
+                store, caller, tool, key, fingerprint, lease_s, reconcile, start_with_claim
+            )
     except StoreUnavailableError as exc:
         return Attempts(failure=classify(exc, tool, correlation_id))
     if claim.kind != "new":
         return _answer_without_running(claim, tool, key)
-    body = Body(on_start=None if start_with_claim else functools.partial(store.mark_started, tool, key))
-    return HeldKey(store, tool, key, body)
+    on_start = None if start_with_claim else functools.partial(store.mark_started, tool, key, caller=caller)
+    return HeldKey(store, caller, tool, key, Body(on_start=on_start))
 
 
 class HeldKey:
     """A key claimed for one call: the body runs once, then the table keeps how it ended."""
 
-    __slots__ = ("body", "key", "store", "tool")
+    __slots__ = ("body", "caller", "key", "store", "tool")
 
-    def __init__(self, store: IdempotencyStore, tool: str, key: str, body: Body) -> None:
+    def __init__(self, store: IdempotencyStore, caller: str, tool: str, key: str, body: Body) -> None:
         self.store = store
+        self.caller = caller  # whose key it is: every write names it
         self.tool = tool
         self.key = key
         self.body = body  # the call's current body while it runs: its start is marked in the row
 
     async def record(self, outcome: Attempts, correlation_id: str) -> Attempts:
         """Store how the call ended for every retry; the answer marked with its key."""
-        await _record(self.store, self.tool, self.key, outcome, self.body, correlation_id)
+        await _record(self, outcome, correlation_id)
         if isinstance(outcome.result, CallToolResult):
             outcome.result = _marked(outcome.result, self.key, replayed=False)
         return outcome
@@ -99,7 +104,7 @@ class HeldKey:
     async def interrupted(self, why: str) -> None:
         """The call ended with no outcome (cancelled, a protocol error): freed or in doubt."""
         with anyio.CancelScope(shield=True):
-            await _unfinished(self.store, self.tool, self.key, self.body, why)
+            await _unfinished(self, why)
 
 
 def _answer_without_running(claim: Claim, tool: str, key: str) -> Attempts:
@@ -122,6 +127,14 @@ def _answer_without_running(claim: Claim, tool: str, key: str) -> Attempts:
             retryable=True,
             retry_after_s=wait,
         )
+    if claim.kind == "legacy":
+        return _refused(
+            "conflict",
+            f"idempotency key {key!r} for {tool} was stored before this server kept each caller's keys "
+            "apart, so it cannot tell whose it was; nothing was run. If this call retries one made "
+            "before that, check first whether that call took effect; then use a new key",
+            retryable=False,
+        )
     return _refused(
         "in_doubt",
         f"an earlier call to {tool} with idempotency key {key!r} was interrupted and may or may not "
@@ -132,6 +145,7 @@ def _answer_without_running(claim: Claim, tool: str, key: str) -> Attempts:
 
 async def _reconciled(
     store: IdempotencyStore,
+    caller: str,
     tool: str,
     key: str,
     fingerprint: str,
@@ -144,9 +158,10 @@ async def _reconciled(
     log.info("idempotency_reconciled", tool=tool, verdict=verdict)
     if verdict == "unknown":
         return Claim("in_doubt")
-    await store.settle(tool, key, "done" if verdict == "done" else "failed", RECONCILED_NOTE)
+    outcome: Outcome = "done" if verdict == "done" else "failed"
+    await store.settle(tool, key, outcome, RECONCILED_NOTE, caller=caller)
     # done: a replay; not_done: new
-    return await store.claim(tool, key, fingerprint, lease_s, started=start_with_claim)
+    return await store.claim(tool, key, fingerprint, lease_s, caller=caller, started=start_with_claim)
 
 
 async def _ask(reconcile: Reconcile, tool: str, key: str) -> Reconciled:
@@ -165,31 +180,32 @@ async def _ask(reconcile: Reconcile, tool: str, key: str) -> Reconciled:
     return answer
 
 
-async def _record(
-    store: IdempotencyStore, tool: str, key: str, outcome: Attempts, body: Body, correlation_id: str
-) -> None:
+async def _record(held: HeldKey, outcome: Attempts, correlation_id: str) -> None:
+    store, caller, tool, key = held.store, held.caller, held.tool, held.key
     category = outcome.failure.category if outcome.failure else None
     final = outcome.result
     if outcome.failure is not None and category in STORED:
         final = outcome.failure.result(correlation_id)
     if isinstance(final, InputRequiredResult):  # asked the client first: the next round claims again
-        await _unfinished(store, tool, key, body, "asked the client for input")
+        await _unfinished(held, "asked the client for input")
     elif final is not None:
         result = final.model_dump(mode="json", by_alias=True, exclude_none=True)
-        await _write(functools.partial(store.complete, tool, key, result))
+        await _write(functools.partial(store.complete, tool, key, result, caller=caller))
     elif category in FREED:
-        await _write(functools.partial(store.release, tool, key))
+        await _write(functools.partial(store.release, tool, key, caller=caller))
     else:
-        await _unfinished(store, tool, key, body, f"{category} during the call")
+        await _unfinished(held, f"{category} during the call")
 
 
-async def _unfinished(store: IdempotencyStore, tool: str, key: str, body: Body, why: str) -> None:
+async def _unfinished(held: HeldKey, why: str) -> None:
     """A call that ended without an outcome: free if its body never started, else in doubt."""
+    store, caller, tool, key, body = held.store, held.caller, held.tool, held.key, held.body
     if not body.started:
-        await _write(functools.partial(store.release, tool, key))
+        await _write(functools.partial(store.release, tool, key, caller=caller))
     else:
         still = body.still_running
-        await _write(functools.partial(store.mark_in_doubt, tool, key, note=why, still_running=still))
+        mark = functools.partial(store.mark_in_doubt, tool, key, note=why, caller=caller, still_running=still)
+        await _write(mark)
 
 
 async def _write(operation: Callable[[], Awaitable[None]]) -> None:

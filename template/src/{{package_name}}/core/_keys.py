@@ -5,6 +5,11 @@ A key is in doubt when its call stopped mid-way (a crash, a timeout): the side e
 may or may not have happened, so the server never runs it again by itself. Someone
 who can check (the payment provider, the mailbox) settles it: `--done` makes retries
 replay a "done" result, `--failed` releases the key so the next retry runs the call.
+
+A key belongs to its caller (the CALLER column): `local` for stdio and HTTP without auth,
+`sub:<subject>` or `client:<client id>` for an authenticated caller, `legacy` for keys stored
+before keys had a caller. A key whose tool body may still be running is not settled: its
+effect may still happen, and a released key's retry would repeat it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import TYPE_CHECKING, cast
 import anyio
 
 from ._errors import FatalError
-from ._idempotency import IdempotencyStore, KeyRecord, Outcome, create_store
+from ._idempotency import LEGACY_CALLER, LOCAL_CALLER, IdempotencyStore, KeyRecord, Outcome, create_store
 from ._project import SLUG
 from ._startup import exit_fatal, load_settings
 
@@ -35,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = actions.add_parser(
-        "list", help="the newest keys first: tool, key, state, age, fingerprint, note"
+        "list", help="the newest keys first: tool, key, caller, state, age, fingerprint, note"
     )
     listing.add_argument("--in-doubt", action="store_true", help="only keys whose outcome is unknown")
     listing.add_argument(
@@ -61,6 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="it did not happen: the next retry runs the call again",
     )
     settle.add_argument("--note", default="", help="why (shown in `keys list` and in the replayed result)")
+    settle.add_argument(
+        "--caller",
+        type=_caller,
+        help="whose key, as the CALLER column shows it (a bare SUBJECT means sub:SUBJECT); "
+        "default: the one caller that has this key in doubt",
+    )
+    settle.add_argument(
+        "--force",
+        action="store_true",
+        help="settle even while its tool body may still be running (its effect may still happen)",
+    )
     return parser
 
 
@@ -79,7 +95,8 @@ async def _run(store: IdempotencyStore, args: argparse.Namespace) -> int:
     try:
         if args.action == "list":
             return await _list(store, in_doubt_only=args.in_doubt, limit=args.limit, as_json=args.json)
-        return await _settle(store, args.tool, args.key, cast(Outcome, args.outcome), args.note)
+        outcome = cast(Outcome, args.outcome)
+        return await _settle(store, args.tool, args.key, outcome, args.note, args.caller, force=args.force)
     finally:
         await store.close()
 
@@ -102,16 +119,16 @@ async def _list(store: IdempotencyStore, *, in_doubt_only: bool, limit: int, as_
             "\nA key in doubt is never run again by itself. Once you know whether it happened:\n"
             f"  {SLUG} keys settle TOOL KEY --done    it happened: retries replay 'done'\n"
             f"  {SLUG} keys settle TOOL KEY --failed  it did not: the next retry runs it\n"
-            "(quote a KEY that has spaces)\n"
+            "(quote a KEY that has spaces; add --caller CALLER when several callers have it in doubt)\n"
         )
     return 0
 
 
 def format_table(records: list[KeyRecord]) -> str:
     """Aligned columns; the note comes last and is not padded."""
-    header = ("TOOL", "KEY", "STATE", "AGE", "FINGERPRINT", "NOTE")
+    header = ("TOOL", "KEY", "CALLER", "STATE", "AGE", "FINGERPRINT", "NOTE")
     rows = [header] + [
-        (r.tool, r.key, r.state, format_age(r.age_s), r.fingerprint[:FINGERPRINT_CHARS], r.note)
+        (r.tool, r.key, r.caller, r.state, format_age(r.age_s), r.fingerprint[:FINGERPRINT_CHARS], r.note)
         for r in records
     ]
     widths = [max(len(row[column]) for row in rows) for column in range(len(header) - 1)]
@@ -131,27 +148,67 @@ def format_age(seconds: float) -> str:
     return f"{int(seconds)}s"
 
 
-async def _settle(store: IdempotencyStore, tool: str, key: str, outcome: Outcome, note: str) -> int:
-    if await store.settle(tool, key, outcome, note):
+async def _settle(
+    store: IdempotencyStore,
+    tool: str,
+    key: str,
+    outcome: Outcome,
+    note: str,
+    caller: str | None,
+    *,
+    force: bool,
+) -> int:
+    named = f"key {key!r} of tool {tool!r}"
+    if caller is None:
+        unsettled = [r.caller for r in await store.find(tool, key) if r.state != "completed"]
+        if len(unsettled) > 1:
+            callers = ", ".join(unsettled)
+            sys.stderr.write(
+                f"Not settled: {named} is unsettled for several callers ({callers}), each its own key;"
+                " name one with --caller CALLER.\n"
+            )
+            return EXIT_NOT_SETTLED
+        caller = unsettled[0] if unsettled else LOCAL_CALLER
+    running = await store.still_running(tool, key, caller=caller)
+    if running is not None and not force:
+        sys.stderr.write(
+            f"Not settled: {named} (caller {caller}) may still take effect: {running}. Wait until it"
+            " is in doubt with no body running (`keys list` shows it), or stop that server;"
+            " --force settles it anyway.\n"
+        )
+        return EXIT_NOT_SETTLED
+    if running is not None:
+        sys.stderr.write(f"Warning: settling {named} although {running}; its effect may still happen.\n")
+    if await store.settle(tool, key, outcome, note, caller=caller, force=force):
+        whose = "" if caller == LOCAL_CALLER else f" of {caller}"
         if outcome == "done":
             sys.stdout.write(
-                f"Settled {tool} {key!r} as done: retries with this key replay a 'done' result.\n"
+                f"Settled {tool} {key!r}{whose} as done: retries with this key replay a 'done' result.\n"
             )
         else:
             sys.stdout.write(
-                f"Settled {tool} {key!r} as failed: the next retry with this key runs the call.\n"
+                f"Settled {tool} {key!r}{whose} as failed: the next retry with this key runs the call.\n"
             )
         return 0
-    record = await store.get(tool, key)
+    record = await store.get(tool, key, caller=caller)
     listing = f"`{SLUG} keys list --in-doubt` shows the keys that are"
     if record is None:
-        why = "no such key is stored (it may have expired, or the tool or key is misspelled)"
+        why = "no such key is stored (it may have expired, or the tool, key or caller is misspelled)"
     elif record.state == "completed":
         why = "it completed, and retries replay its result: there is nothing to settle"
     else:
         why = "its call is still running: wait for it to finish, or settle it once it shows as in doubt"
-    sys.stderr.write(f"Not settled: key {key!r} of tool {tool!r} is not in doubt; {why}. {listing}.\n")
+    sys.stderr.write(f"Not settled: {named} is not in doubt; {why}. {listing}.\n")
     return EXIT_NOT_SETTLED
+
+
+def _caller(text: str) -> str:
+    """A caller as `keys list` shows it; a bare subject is an authenticated caller's."""
+    if text in (LOCAL_CALLER, LEGACY_CALLER) or text.startswith(("sub:", "client:")):
+        return text
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return f"sub:{text}"
 
 
 def _positive_int(text: str) -> int:

@@ -38,7 +38,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, InputRequiredResult
 
 from ._call_line import write_call_line
-from ._callers import caller, forbidden_message, missing_scopes
+from ._callers import caller, forbidden_message, key_caller, missing_scopes
 from ._health import CallStats
 from ._idempotency import KEY_ARGUMENT, StoreHandle, fingerprint
 from ._idempotent_call import HeldKey, claim_key
@@ -202,6 +202,7 @@ class ToolCalls:
             canonical = validated.model_dump(mode="json", by_alias=True)
             held = await claim_key(
                 await self.store.get(),
+                caller=key_caller(authenticated=self.sdk_settings.auth is not None),
                 tool=name,
                 key=canonical[KEY_ARGUMENT],
                 fingerprint=fingerprint(canonical),

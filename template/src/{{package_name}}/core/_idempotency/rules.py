@@ -32,6 +32,9 @@ class ExistingKey:
     # The store vouches that a recorded body start would be visible now (the storage has not
     # lost unflushed writes since the claim): only then does "not started" prove anything.
     start_record_intact: bool
+    # Stored before keys belonged to their caller, and claimed by an authenticated caller: it
+    # may have been anyone's, so this caller gets neither its result nor its state.
+    unowned: bool = False
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class Verdict:
 
 def judge(existing: ExistingKey, fingerprint: str, now: float, me: Instance) -> Verdict:
     """The answer to a claim of a key that exists (and is within its TTL)."""
+    if existing.unowned:
+        return Verdict(Claim("legacy"))
     if existing.fingerprint != fingerprint:
         return Verdict(Claim("conflict_arguments"))
     if existing.state == "completed":
@@ -68,11 +73,23 @@ def never_started(existing: ExistingKey) -> bool:
     return existing.body == BODY_NOT_STARTED and existing.start_record_intact
 
 
-def pending_in_doubt_reason(existing: ExistingKey, now: float, me: Instance) -> str | None:
-    """Why a pending claim can never finish (lease over, owner gone), or None while it may."""
-    if now >= existing.lease_until:
-        return LEASE_EXPIRED
-    return owner_gone_reason(existing.owner, me, now)
+def running_reason(existing: ExistingKey, now: float, me: Instance) -> str | None:
+    """Why a body of this key may still be running, or None when none can be.
+
+    A pending claim runs while its owner lives, even past its lease; a key in doubt whose
+    body was given up on while it ran (an abandoned thread, `still_running`, or a lease
+    that ran out) may run until its server ends. Settled from the outside, either could
+    have its effect after the verdict: a released key's retry would repeat it.
+    """
+    if existing.state == "completed" or owner_gone_reason(existing.owner, me, now) is not None:
+        return None
+    assert existing.owner is not None  # an owner that is not gone has its instance row
+    where = f"the server on {existing.owner.hostname} (pid {existing.owner.pid})"
+    if existing.state == "pending":
+        return f"its call is still running in {where}"
+    if existing.body == BODY_RUNNING:
+        return f"its tool body may still be running in {where}"
+    return None
 
 
 _RESULT_JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))  # made once, as for fingerprints

@@ -37,7 +37,7 @@ from .rules import (
     encode_result,
     health_verdict,
     judge,
-    pending_in_doubt_reason,
+    running_reason,
 )
 from .store import (
     BODY_ENDED,
@@ -45,6 +45,8 @@ from .store import (
     BODY_RUNNING,
     DEFAULT_TTL_S,
     HEARTBEAT_S,
+    LEGACY_CALLER,
+    LOCAL_CALLER,
     Claim,
     IdempotencyStore,
     KeyRecord,
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
 Params = Mapping[str, Any]
 _log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PURGE_EVERY_S = 60.0
 CHECK_TIMEOUT_S = 5.0
 CLAIM_ATTEMPTS = 5  # a row deleted between our INSERT and SELECT: insert again
@@ -83,6 +85,8 @@ class Dialect:
     row_lock: str  # appended to a SELECT of `idempotency_keys AS k`: lock the row until commit ("": none)
     schema_lock: str | None  # a statement serialising migrations (None: the transaction does)
     sweep_lock: str | None  # a statement answering whether this sweep may run now
+    # Whether ALTER TABLE can replace a primary key (PostgreSQL); if not, the table is copied (SQLite).
+    alters_primary_key: bool
     placeholder: str = ":{}"
 
     def compile(self, statement: str) -> str:
@@ -135,6 +139,7 @@ class ExistingRow(NamedTuple):
     now: float
     body: int
     expired: bool  # older than the TTL: the key is new again
+    caller: str  # the caller's own, or LEGACY_CALLER (stored before keys had a caller)
 
 
 class InstanceRow(NamedTuple):
@@ -159,6 +164,7 @@ class RecordRow(NamedTuple):
     updated_at: float
     note: str
     now: float
+    caller: str
 
 
 class Statements:
@@ -209,6 +215,8 @@ class Statements:
             ),
             # How far each call got (rules.py); rows from before count as started.
             (f"ALTER TABLE idempotency_keys ADD COLUMN body {d.small_int_type} NOT NULL DEFAULT 1",),
+            # Keys belong to their caller; the rows from before get the legacy caller.
+            _caller_in_primary_key(d),
         )
         self.schema_lock = d.schema_lock and c(d.schema_lock)
         self.sweep_lock = d.sweep_lock and c(d.sweep_lock)
@@ -219,12 +227,14 @@ class Statements:
         self.forget_version = "DELETE FROM idempotency_schema_version"
         self.set_version = c("INSERT INTO idempotency_schema_version (version) VALUES (:version)")
 
+        # A legacy row of the key holds it for every caller until it ages out (see `claim`).
         self.insert_claim = c(
             "INSERT INTO idempotency_keys"
-            " (tool, key, fingerprint, state, owner, created_at, updated_at, lease_until, body)"
-            f" VALUES (:tool, :key, :fingerprint, 'pending', :owner, {now}, {now},"
-            f" {d.after.format(':lease')}, :body)"
-            " ON CONFLICT (tool, key) DO NOTHING"
+            " (caller, tool, key, fingerprint, state, owner, created_at, updated_at, lease_until, body)"
+            f" SELECT :caller, :tool, :key, :fingerprint, 'pending', :owner, {now}, {now},"
+            f" {d.after.format(':lease')}, :body WHERE NOT EXISTS (SELECT 1 FROM idempotency_keys"
+            f" WHERE caller = '{LEGACY_CALLER}' AND tool = :tool AND key = :key)"
+            " ON CONFLICT (caller, tool, key) DO NOTHING"
         )
         # What a claim reads of an existing key (see `SQLStore._existing`), and from where.
         self.existing_columns = _columns(
@@ -242,11 +252,14 @@ class Statements:
             now=epoch(now),
             body="k.body",
             expired=expired("k."),
+            caller="k.caller",
         )
         self.existing_join = "LEFT JOIN idempotency_instances AS i ON i.instance_id = k.owner"
+        # The caller's row, or the key's legacy row (never both: a legacy row blocks the insert).
+        self.caller_or_legacy = f"k.caller IN (:caller, '{LEGACY_CALLER}')"
         existing = (
             f"SELECT {self.existing_columns} FROM idempotency_keys AS k {self.existing_join}"
-            " WHERE k.tool = :tool AND k.key = :key"
+            f" WHERE k.tool = :tool AND k.key = :key AND {self.caller_or_legacy}"
         )
         self.peek_existing = c(existing)
         # The row is locked by a statement of its own, then read: a locking SELECT that waited
@@ -254,21 +267,29 @@ class Statements:
         # it (PostgreSQL's READ COMMITTED), so a take-over would show a new owner without its
         # instance row, "gone", and the second replica would take the key over too.
         self.lock_key = (
-            c(f"SELECT 1 FROM idempotency_keys AS k WHERE k.tool = :tool AND k.key = :key{d.row_lock}")
+            c(
+                "SELECT 1 FROM idempotency_keys AS k"
+                f" WHERE k.tool = :tool AND k.key = :key AND {self.caller_or_legacy}{d.row_lock}"
+            )
             if d.row_lock
             else None
         )
         self.select_existing = c(existing)
-        self.delete_key = c("DELETE FROM idempotency_keys WHERE tool = :tool AND key = :key")
+        key = " WHERE caller = :caller AND tool = :tool AND key = :key"
+        self.delete_key = c(f"DELETE FROM idempotency_keys{key}")
+        # The one principal's claim makes the key's legacy row its own.
+        self.adopt_legacy = c(
+            f"UPDATE idempotency_keys SET caller = :caller WHERE caller = '{LEGACY_CALLER}'"
+            " AND tool = :tool AND key = :key"
+        )
         self.take_over = c(
             f"UPDATE idempotency_keys SET owner = :owner, updated_at = {now}, note = '', body = :body,"
-            f" lease_until = {d.after.format(':lease')} WHERE tool = :tool AND key = :key"
+            f" lease_until = {d.after.format(':lease')}{key}"
         )
         self.set_in_doubt = c(
-            f"UPDATE idempotency_keys SET state = 'in_doubt', note = :note, updated_at = {now}"
-            " WHERE tool = :tool AND key = :key"
+            f"UPDATE idempotency_keys SET state = 'in_doubt', note = :note, updated_at = {now}{key}"
         )
-        ours = " WHERE tool = :tool AND key = :key AND owner = :owner"
+        ours = f"{key} AND owner = :owner"
         self.mark_started = c(f"UPDATE idempotency_keys SET body = :running{ours} AND state = 'pending'")
         self.complete = c(
             "UPDATE idempotency_keys SET state = 'completed', result = :result, note = '',"
@@ -281,7 +302,7 @@ class Statements:
         )
         self.settle_done = c(
             f"UPDATE idempotency_keys SET state = 'completed', result = :result, note = :note,"
-            f" updated_at = {now} WHERE tool = :tool AND key = :key"
+            f" updated_at = {now}{key}"
         )
         record_columns = _columns(
             RecordRow._fields,
@@ -293,9 +314,11 @@ class Statements:
             updated_at=epoch("updated_at"),
             note="note",
             now=epoch(now),
+            caller="caller",
         )
         records = f"SELECT {record_columns} FROM idempotency_keys"
-        self.get = c(f"{records} WHERE tool = :tool AND key = :key")
+        self.get = c(f"{records}{key}")
+        self.find = c(f"{records} WHERE tool = :tool AND key = :key ORDER BY caller")
         self.list_all = c(f"{records} ORDER BY created_at DESC LIMIT :limit")
         self.list_in_doubt = c(f"{records} WHERE state = 'in_doubt' ORDER BY created_at DESC LIMIT :limit")
         self.in_doubt_count = "SELECT count(*) FROM idempotency_keys WHERE state = 'in_doubt'"
@@ -338,6 +361,43 @@ class Statements:
             " WHERE state = 'pending' AND NOT EXISTS"
             " (SELECT 1 FROM idempotency_instances AS i WHERE i.instance_id = idempotency_keys.owner)"
         )
+
+
+def _caller_in_primary_key(d: Dialect) -> tuple[str, ...]:
+    """Schema 3: `caller` joins the primary key; every row stored before gets LEGACY_CALLER."""
+    add = f"ALTER TABLE idempotency_keys ADD COLUMN caller text NOT NULL DEFAULT '{LEGACY_CALLER}'"
+    if d.alters_primary_key:
+        return (
+            add,
+            "ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_pkey",
+            "ALTER TABLE idempotency_keys ADD PRIMARY KEY (caller, tool, key)",
+        )
+    # SQLite keeps a table's primary key for life: the rows move to a new table with the new key.
+    columns = "tool, key, fingerprint, state, owner, created_at, updated_at, lease_until, result, note, body"
+    t = d.time_type
+    return (
+        f"""CREATE TABLE idempotency_keys_by_caller (
+            caller text NOT NULL DEFAULT '{LEGACY_CALLER}',
+            tool text NOT NULL,
+            key text NOT NULL,
+            fingerprint text NOT NULL,
+            state text NOT NULL CHECK (state IN ('pending', 'completed', 'in_doubt')),
+            owner text NOT NULL,
+            created_at {t} NOT NULL{d.time_default},
+            updated_at {t} NOT NULL{d.time_default},
+            lease_until {t} NOT NULL,
+            result text,
+            note text NOT NULL DEFAULT '',
+            body {d.small_int_type} NOT NULL DEFAULT 1,
+            PRIMARY KEY (caller, tool, key)
+        )""",
+        f"INSERT INTO idempotency_keys_by_caller (caller, {columns})"
+        f" SELECT '{LEGACY_CALLER}', {columns} FROM idempotency_keys",
+        "DROP TABLE idempotency_keys",
+        "ALTER TABLE idempotency_keys_by_caller RENAME TO idempotency_keys",
+        "CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at)",
+        "CREATE INDEX idempotency_keys_state ON idempotency_keys (state) WHERE state <> 'completed'",
+    )
 
 
 def _columns(fields: tuple[str, ...], **expressions: str) -> str:
@@ -506,10 +566,18 @@ class SQLStore(IdempotencyStore):
     # --- the table's operations -------------------------------------------------
 
     async def claim(
-        self, tool: str, key: str, fingerprint: str, lease_s: float, *, started: bool = False
+        self,
+        tool: str,
+        key: str,
+        fingerprint: str,
+        lease_s: float,
+        *,
+        caller: str = LOCAL_CALLER,
+        started: bool = False,
     ) -> Claim:
         sql = self.sql
         params = {
+            "caller": caller,
             "tool": tool,
             "key": key,
             "fingerprint": fingerprint,
@@ -527,19 +595,21 @@ class SQLStore(IdempotencyStore):
         row = None if peeked is None else ExistingRow(*peeked)
         answered = row is not None and (row.fingerprint != fingerprint or row.state == "completed")
         if answered and row is not None and not row.expired:
-            return judge(self._existing(row), fingerprint, float(row.now), self.me).claim
+            return judge(self._existing(row, caller), fingerprint, float(row.now), self.me).claim
         async with self._session("claim", transaction=True, durable=True) as db:
             for _ in range(CLAIM_ATTEMPTS):
                 row = await self._locked_existing(db, params)
                 if row is not None and not row.expired:
                     break
                 if row is not None:  # past its TTL: the key is new again
-                    await db.execute(sql.delete_key, params)
+                    await db.execute(sql.delete_key, {**params, "caller": row.caller})
                 if await db.execute(sql.insert_claim, params):
                     return Claim("new")
             else:
                 raise StoreUnavailableError("claim")
-            verdict = judge(self._existing(row), fingerprint, float(row.now), self.me)
+            if row.caller != caller and caller == LOCAL_CALLER:
+                await db.execute(sql.adopt_legacy, params)  # from now on the row is the caller's own
+            verdict = judge(self._existing(row, caller), fingerprint, float(row.now), self.me)
             if verdict.take_over:
                 await db.execute(sql.take_over, params)
             if verdict.now_in_doubt is not None:
@@ -547,32 +617,49 @@ class SQLStore(IdempotencyStore):
             return verdict.claim
 
     async def _locked_existing(self, db: Session, params: Params) -> ExistingRow | None:
-        """The row of (tool, key), locked until the transaction ends, as committed once the lock is ours."""
+        """The row of (caller, tool, key) or the key's legacy row, locked until the transaction
+        ends, as committed once the lock is ours."""
         if self.sql.lock_key is not None:
             await db.rows(self.sql.lock_key, params)
         row = await db.one(self.sql.select_existing, params)
         return None if row is None else ExistingRow(*row)
 
-    async def mark_started(self, tool: str, key: str) -> None:
-        params = {"tool": tool, "key": key, "owner": self.me.instance_id, "running": BODY_RUNNING}
+    async def mark_started(self, tool: str, key: str, *, caller: str = LOCAL_CALLER) -> None:
+        params = {
+            "caller": caller,
+            "tool": tool,
+            "key": key,
+            "owner": self.me.instance_id,
+            "running": BODY_RUNNING,
+        }
         async with self._session("mark_started") as db:
             marked = await db.execute(self.sql.mark_started, params)
         if not marked:
             raise ClaimLostError
 
-    async def complete(self, tool: str, key: str, result: dict[str, Any]) -> None:
-        params = {"tool": tool, "key": key, "owner": self.me.instance_id, "result": encode_result(result)}
+    async def complete(
+        self, tool: str, key: str, result: dict[str, Any], *, caller: str = LOCAL_CALLER
+    ) -> None:
+        params = {
+            "caller": caller,
+            "tool": tool,
+            "key": key,
+            "owner": self.me.instance_id,
+            "result": encode_result(result),
+        }
         if not await self._store_outcome(params):
             _log.warning("idempotency_result_not_stored", tool=tool, reason="the claim is no longer ours")
 
-    async def release(self, tool: str, key: str) -> None:
+    async def release(self, tool: str, key: str, *, caller: str = LOCAL_CALLER) -> None:
+        params = {"caller": caller, "tool": tool, "key": key, "owner": self.me.instance_id}
         async with self._session("release", shield=True) as db:
-            await db.execute(self.sql.release, {"tool": tool, "key": key, "owner": self.me.instance_id})
+            await db.execute(self.sql.release, params)
 
     async def mark_in_doubt(
-        self, tool: str, key: str, note: str = "", *, still_running: bool = False
+        self, tool: str, key: str, note: str = "", *, caller: str = LOCAL_CALLER, still_running: bool = False
     ) -> None:
         params = {
+            "caller": caller,
             "tool": tool,
             "key": key,
             "owner": self.me.instance_id,
@@ -582,10 +669,24 @@ class SQLStore(IdempotencyStore):
         async with self._session("mark_in_doubt", shield=True) as db:
             await db.execute(self.sql.mark_in_doubt, params)
 
-    async def get(self, tool: str, key: str) -> KeyRecord | None:
+    async def get(self, tool: str, key: str, *, caller: str = LOCAL_CALLER) -> KeyRecord | None:
         async with self._session("get") as db:
-            row = await db.one(self.sql.get, {"tool": tool, "key": key})
+            row = await db.one(self.sql.get, {"caller": caller, "tool": tool, "key": key})
         return None if row is None else _record(row)
+
+    async def find(self, tool: str, key: str) -> list[KeyRecord]:
+        async with self._session("find") as db:
+            rows = await db.rows(self.sql.find, {"tool": tool, "key": key})
+        return [_record(row) for row in rows]
+
+    async def still_running(self, tool: str, key: str, *, caller: str = LOCAL_CALLER) -> str | None:
+        params = {"caller": caller, "tool": tool, "key": key, "ttl": float(self.ttl_s)}
+        async with self._session("still_running") as db:
+            row = await db.one(self.sql.peek_existing, params)
+        existing = None if row is None else ExistingRow(*row)
+        if existing is None or not _owns(caller, existing):
+            return None
+        return running_reason(self._existing(existing, caller), float(existing.now), self.me)
 
     async def in_doubt_count(self) -> int:
         async with self._session("in_doubt_count") as db:
@@ -598,18 +699,29 @@ class SQLStore(IdempotencyStore):
             rows = await db.rows(statement, {"limit": limit})
         return [_record(row) for row in rows]
 
-    async def settle(self, tool: str, key: str, outcome: Outcome, note: str = "") -> bool:
+    async def settle(
+        self,
+        tool: str,
+        key: str,
+        outcome: Outcome,
+        note: str = "",
+        *,
+        caller: str = LOCAL_CALLER,
+        force: bool = False,
+    ) -> bool:
         sql = self.sql
-        params = {"tool": tool, "key": key, "ttl": float(self.ttl_s)}
+        params = {"caller": caller, "tool": tool, "key": key, "ttl": float(self.ttl_s)}
         async with self._session("settle", transaction=True, durable=True, shield=True) as db:
             row = await self._locked_existing(db, params)
-            if row is None:
+            if row is None or not _owns(caller, row):
                 return False
-            existing, now = self._existing(row), float(row.now)
+            existing, now = self._existing(row, caller), float(row.now)
             if existing.state == "completed":
                 return False
-            if existing.state == "pending" and pending_in_doubt_reason(existing, now, self.me) is None:
-                return False  # still running: its owner will record the outcome
+            # A body that may still run may yet have its effect: released, a retry would repeat it.
+            if not force and running_reason(existing, now, self.me) is not None:
+                return False
+            params = {**params, "caller": row.caller}  # the caller's own row, or the key's legacy row
             if outcome == "failed":
                 await db.execute(sql.delete_key, params)
             else:
@@ -679,7 +791,7 @@ class SQLStore(IdempotencyStore):
 
     # --- row mapping ------------------------------------------------------------
 
-    def _existing(self, row: ExistingRow) -> ExistingKey:
+    def _existing(self, row: ExistingRow, caller: str) -> ExistingKey:
         owner = None
         if row.owner_id is not None:
             owner = _owner(
@@ -700,7 +812,13 @@ class SQLStore(IdempotencyStore):
             owner=owner,
             body=int(row.body),
             start_record_intact=self._start_record_intact(owner),
+            unowned=row.caller != caller and caller != LOCAL_CALLER,
         )
+
+
+def _owns(caller: str, row: ExistingRow) -> bool:
+    """Whether the row is the caller's: its own, or a legacy row and the caller the one principal."""
+    return row.caller == caller or caller == LOCAL_CALLER
 
 
 def _owner(row: InstanceRow) -> OwnerRow:
@@ -713,5 +831,13 @@ def _record(row: tuple[Any, ...]) -> KeyRecord:
     created, updated = float(record.created_at), float(record.updated_at)
     age = round(float(record.now) - created, 3)
     return KeyRecord(
-        record.tool, record.key, record.state, record.fingerprint, created, updated, age, record.note
+        record.tool,
+        record.key,
+        record.state,
+        record.fingerprint,
+        created,
+        updated,
+        age,
+        record.note,
+        record.caller,
     )

@@ -67,6 +67,7 @@ DIALECT = Dialect(
     row_lock="",  # BEGIN IMMEDIATE holds the whole file
     schema_lock=None,
     sweep_lock=None,
+    alters_primary_key=False,
 )
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]

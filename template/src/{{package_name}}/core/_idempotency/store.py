@@ -12,7 +12,7 @@ from .._outcomes import failure
 if TYPE_CHECKING:
     from .._health import HealthStatus
 
-ClaimKind = Literal["new", "replay", "conflict_arguments", "in_progress", "in_doubt"]
+ClaimKind = Literal["new", "replay", "conflict_arguments", "in_progress", "in_doubt", "legacy"]
 KeyState = Literal["pending", "completed", "in_doubt"]
 Outcome = Literal["done", "failed"]
 
@@ -21,6 +21,11 @@ HEARTBEAT_S = 5.0  # how often a store proves its process is alive
 STALE_AFTER_BEATS = 3  # heartbeats missed before an owner counts as gone
 MAX_RETRY_AFTER_S = 10.0  # an in-progress answer never asks the model to wait longer
 DB_FILENAME = "idempotency.sqlite3"
+
+# Whose keys a row holds (the `caller` column). Authenticated callers are `sub:<subject>` or
+# `client:<client_id>` (core/_callers.py): a prefix keeps every subject apart from these two.
+LOCAL_CALLER = "local"  # the one principal of stdio, and of HTTP without auth
+LEGACY_CALLER = "legacy"  # stored before keys belonged to their caller (schema 2 and older)
 
 # How far a claimed call got, as the `body` column records it.
 BODY_NOT_STARTED = 0  # claimed; the tool body has not begun (safe to run again if the owner died)
@@ -32,7 +37,9 @@ BODY_ENDED = 2  # the body returned or raised: nothing of it runs any more
 class Claim:
     """What `claim` found. `new`: the caller owns the key and must run, then complete,
     release or mark it in doubt. `replay`: `result` is the stored CallToolResult wire
-    dict. `in_progress`: retry after `retry_after_s`. The others: do not run.
+    dict. `in_progress`: retry after `retry_after_s`. `legacy`: an authenticated caller's
+    key was stored before keys belonged to their caller; whose it was is unknown. The
+    others: do not run.
     `reconcilable` (in_doubt): no body of this key can still be running anywhere, so
     the tool's reconcile function may look and settle it."""
 
@@ -54,11 +61,14 @@ class KeyRecord:
     updated_at: float
     age_s: float
     note: str
+    caller: str  # LOCAL_CALLER, LEGACY_CALLER, or an authenticated caller (`sub:...`, `client:...`)
 
 
 class IdempotencyStore(ABC):
-    """The table of idempotency keys. Scope is (tool, key); see DESIGN.md "Idempotency table".
+    """The table of idempotency keys. Scope is (caller, tool, key); see DESIGN.md "Idempotency table".
 
+    `caller` is whose key it is (LOCAL_CALLER by default, the one principal of stdio): another
+    caller's key is a new key. The one principal also owns the LEGACY_CALLER rows.
     Every method may raise `StoreUnavailableError` when the database fails while serving.
     """
 
@@ -79,9 +89,16 @@ class IdempotencyStore(ABC):
 
     @abstractmethod
     async def claim(
-        self, tool: str, key: str, fingerprint: str, lease_s: float, *, started: bool = False
+        self,
+        tool: str,
+        key: str,
+        fingerprint: str,
+        lease_s: float,
+        *,
+        caller: str = LOCAL_CALLER,
+        started: bool = False,
     ) -> Claim:
-        """Claim (tool, key) for a call expected to end within `lease_s` seconds.
+        """Claim (caller, tool, key) for a call expected to end within `lease_s` seconds.
 
         A `new` claim is committed durably before this returns, so the side effect that
         follows is never repeated, even if the process dies right after it. A pending
@@ -93,23 +110,25 @@ class IdempotencyStore(ABC):
         """
 
     @abstractmethod
-    async def mark_started(self, tool: str, key: str) -> None:
+    async def mark_started(self, tool: str, key: str, *, caller: str = LOCAL_CALLER) -> None:
         """The tool body is about to run. Written before the body, so a claim without it
         provably never reached the body; it must survive the process (not the machine).
 
         Raises `ClaimLostError` when the claim is no longer ours: the body must not run."""
 
     @abstractmethod
-    async def complete(self, tool: str, key: str, result: dict[str, Any]) -> None:
+    async def complete(
+        self, tool: str, key: str, result: dict[str, Any], *, caller: str = LOCAL_CALLER
+    ) -> None:
         """Store how the call ended (success or terminal error), replayed on every retry."""
 
     @abstractmethod
-    async def release(self, tool: str, key: str) -> None:
+    async def release(self, tool: str, key: str, *, caller: str = LOCAL_CALLER) -> None:
         """The call failed before any side effect: forget the claim, the key is new again."""
 
     @abstractmethod
     async def mark_in_doubt(
-        self, tool: str, key: str, note: str = "", *, still_running: bool = False
+        self, tool: str, key: str, note: str = "", *, caller: str = LOCAL_CALLER, still_running: bool = False
     ) -> None:
         """The outcome is unknown (timeout, crash mid-way): retries answer in_doubt.
 
@@ -117,8 +136,16 @@ class IdempotencyStore(ABC):
         key from the outside system's state yet (its effect may still happen)."""
 
     @abstractmethod
-    async def get(self, tool: str, key: str) -> KeyRecord | None:
-        """The row of (tool, key), or None."""
+    async def get(self, tool: str, key: str, *, caller: str = LOCAL_CALLER) -> KeyRecord | None:
+        """The row of (caller, tool, key), or None."""
+
+    @abstractmethod
+    async def find(self, tool: str, key: str) -> list[KeyRecord]:
+        """The rows of (tool, key) of every caller."""
+
+    @abstractmethod
+    async def still_running(self, tool: str, key: str, *, caller: str = LOCAL_CALLER) -> str | None:
+        """Why a body of (caller, tool, key) may still be running (its server lives), or None."""
 
     @abstractmethod
     async def in_doubt_count(self) -> int:
@@ -129,8 +156,18 @@ class IdempotencyStore(ABC):
         """The newest keys first (only those in doubt with `in_doubt_only`)."""
 
     @abstractmethod
-    async def settle(self, tool: str, key: str, outcome: Outcome, note: str = "") -> bool:
-        """An operator's verdict on a key in doubt; False when (tool, key) is not in doubt.
+    async def settle(
+        self,
+        tool: str,
+        key: str,
+        outcome: Outcome,
+        note: str = "",
+        *,
+        caller: str = LOCAL_CALLER,
+        force: bool = False,
+    ) -> bool:
+        """An operator's verdict on a key in doubt; False when (caller, tool, key) is not in
+        doubt, or a body of it may still be running (see `still_running`) and not `force`.
 
         `done`: later retries replay a result saying so, with the note. `failed`: the key
         is released, so the next retry runs the call again.
