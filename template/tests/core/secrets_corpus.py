@@ -16,6 +16,9 @@ import random
 import re
 from typing import NamedTuple
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
 
 class Planted(NamedTuple):
     name: str
@@ -45,6 +48,17 @@ RSA_KEY, RSA_BODY = _pem("RSA")
 PKCS8_KEY, PKCS8_BODY = _pem("", 8)
 OPENSSH_KEY, OPENSSH_BODY = _pem("OPENSSH", 6)
 EC_KEY, EC_BODY = _pem("EC", 3)
+# A real P-256 key: its last line is short (36 characters), below the rule for long base64 runs.
+EC_REAL_KEY = (
+    ec.derive_private_key(int.from_bytes(_random.randbytes(31)), ec.SECP256R1())
+    .private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+    .decode()
+)
+EC_REAL_BODY = tuple(EC_REAL_KEY.strip().splitlines()[1:-1])
 AZURE_KEY = base64.b64encode(_random.randbytes(64)).decode()
 AWS_SECRET = "wJa1rXUtnFEMI/K7MDENG/" + _chars(_ALNUM, 18)
 _SLACK_ID = "ABCDEFGHJKLMNPQRSTUVWXYZ0123456789"
@@ -66,6 +80,7 @@ FORMS: tuple[Planted, ...] = (
     Planted("pem_pkcs8", f"key file holds {PKCS8_KEY}", PKCS8_BODY),
     Planted("pem_openssh", OPENSSH_KEY, OPENSSH_BODY),
     Planted("pem_in_repr", f"bad config {{'tls_key': {EC_KEY!r}}}", EC_BODY),
+    Planted("pem_ec", f"the signing key was refused:\n{EC_REAL_KEY}", EC_REAL_BODY),
     Planted(
         "azure_connection_string",
         f"DefaultEndpointsProtocol=https;AccountName=acme;AccountKey={AZURE_KEY};EndpointSuffix=core.windows.net",
@@ -161,6 +176,58 @@ FORMS: tuple[Planted, ...] = (
     Planted("jwt", f"token {JWT} is expired", (JWT_PAYLOAD, JWT_SIGNATURE)),
     # What pydantic shows of a long value: its start and its end, "..." between.
     Planted("jwt_cut_by_pydantic", f"input_value='{JWT[:24]}...{JWT[-24:]}'", (JWT[-24:],)),
+    # URL-encoded: a form body, a query string inside a query string, a URL passed as a parameter.
+    Planted(
+        "url_encoded_pair", "the form body password%3DPq9xW7zKv%26user%3Dada was refused", ("Pq9xW7zKv",)
+    ),
+    Planted(
+        "url_encoded_lowercase_hex",
+        "redirect to /cb?next=%2fhome%3fpassword%3dLw7Hex9qZ failed",
+        ("Lw7Hex9qZ",),
+    ),
+    Planted(
+        "url_encoded_token",
+        "GET /cb?state=1&redirect=https%3A%2F%2Fapp.example.com%2Fdone%3Ftoken%3DTk9Qz81xW%26page%3D2",
+        ("Tk9Qz81xW",),
+    ),
+    Planted("url_encoded_api_key", "signed api_key%3DAk_91QxyzP%26v%3D2 expired", ("Ak_91QxyzP",)),
+    Planted("url_encoded_plus_spaces", "q=a+password+%3D+Zz81abQw+and+more", ("Zz81abQw",)),
+    Planted("url_encoded_spaces", "the body was secret%20%3D%20Sp4cedPw%21 and no more", ("Sp4cedPw",)),
+    Planted(
+        "url_encoded_credentials",
+        "GET https%3A%2F%2Fsvc%3AEnc0ded-Pw%40db.internal%2Fapp failed",
+        ("Enc0ded-Pw",),
+    ),
+    Planted(
+        "url_encoded_credentials_lowercase",
+        "dsn postgresql%3a%2f%2fsvc%3alowHexPw9%40db%2fapp was refused",
+        ("lowHexPw9",),
+    ),
+    Planted("url_encoded_empty_user", "redis%3A%2F%2F%3AR3disEncPw%40cache%3A6379 refused", ("R3disEncPw",)),
+    Planted(
+        "url_encoded_json",
+        "payload=%7B%22client_secret%22%3A%22Cs-Enc0dedQ7%22%2C%22n%22%3A1%7D was rejected",
+        ("Cs-Enc0dedQ7",),
+    ),
+    Planted(
+        "url_encoded_query_key",
+        "next=%2Fgeocode%3Fkey%3DAbCdEnc0123%26address%3DLisbon answered 403",
+        ("AbCdEnc0123",),
+    ),
+    Planted(
+        "url_encoded_twice",
+        "next%3Dhttps%253A%252F%252Fx.example.com%252Fcb%253Fpassword%253DDbl3ncPwQ was refused",
+        ("Dbl3ncPwQ",),
+    ),
+    Planted(
+        "url_encoded_bearer", "sent Authorization%3A%20Bearer%20EncOpaqTok93x and got 401", ("EncOpaqTok93x",)
+    ),
+    Planted("url_encoded_key_shape", f"payload%3D{GITHUB_TOKEN}%26n%3D1 refused", (GITHUB_TOKEN,)),
+    Planted(
+        "url_password_percent_escapes",
+        "cannot reach https://app:P%40ss%3Aw0rdQ@db.internal/x",
+        ("P%40ss%3Aw0rdQ",),
+    ),
 )
 
 # The server machine's paths: never shown to the client (the log keeps them, for the operator).
@@ -182,7 +249,33 @@ NEGATIVES: tuple[str, ...] = (
     "sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
     "order 123e4567-e89b-12d3-a456-426614174000 is late",
     "the token expired at 10:30, ask for a new one",
+    # URL-encoded text with no secret in it
+    "searched https://example.com/find?q=coffee%20beans&page=2 at 95% load",
+    "progress%3D50%25 author%3DAda%26compass%3Dnorth key%3D7",
+    "see https%3A%2F%2Fdocs.example.com%2Fguide%2Finstall or mailto%3Aada%40example.com",
+    "opened https%3A%2F%2Fada%40example.com%2Fprofile as a+plain+form+value",
 )
+
+# What the leak tools (secret_tools/leaks.py) put beside the text in an MCPError they raise on
+# purpose: its code, and a secret-named field of its data that must not come out either.
+PROTOCOL_ERROR_CODE = -32001
+DATA_PASSWORD = "Pw-In-Data-9"
+
+
+def in_exception_group(text: str) -> ExceptionGroup[Exception]:
+    """The text in an exception group, everywhere its traceback shows it: a member's message and
+    its note, a nested group's member, a `__cause__` and a `__context__`."""
+    noted = ValueError("the first lookup failed")
+    noted.add_note(text)
+    try:
+        try:
+            raise LookupError(text)
+        except LookupError:  # the __context__ of what follows
+            raise RuntimeError("the retry failed too") from ConnectionError(text)
+    except RuntimeError as chained:
+        inner = ExceptionGroup("the fallbacks failed", [ValueError(text), chained])
+    return ExceptionGroup("every lookup failed", [noted, inner])
+
 
 _HEX = re.compile(r"[0-9a-f.:-]+")
 

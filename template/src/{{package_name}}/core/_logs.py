@@ -25,7 +25,7 @@ from typing import Any, TextIO, cast
 
 import structlog
 
-from ._redaction import REDACTED, is_secret_name, redact_text
+from ._redaction import REDACTED, is_secret_name, redact_fields, redact_text
 from ._running import current_call
 from ._stderr_writer import NonBlockingStderr
 
@@ -41,7 +41,6 @@ __all__ = [
 
 # Fields the core fills with values it made itself (never a secret): skipped on the hot path.
 _OWN_FIELDS = frozenset({"timestamp", "level", "correlation_id", "outcome", "category", "logger"})
-_NESTING = 8  # levels of dicts and lists redacted by key; deeper ones are logged as redacted text
 _JSON_SCALARS = (str, bool, int, float, type(None))
 
 
@@ -58,25 +57,10 @@ def redact_secrets(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mut
         elif isinstance(value, str):
             event_dict[key] = redact_text(value)
         elif not isinstance(value, _JSON_SCALARS):
-            event_dict[key] = _redact_value(value, _NESTING)
+            # dicts and lists by key, at any depth; any other object as the redacted repr the
+            # JSON renderer would have written unredacted
+            event_dict[key] = redact_fields(value)
     return event_dict
-
-
-def _redact_value(value: Any, depth: int) -> Any:
-    """A field's dicts and lists with secret-named keys blanked and texts redacted, at any depth;
-    any other object as the redacted repr the JSON renderer would have written unredacted."""
-    if isinstance(value, str):
-        return redact_text(value)
-    if isinstance(value, _JSON_SCALARS):
-        return value
-    if depth > 0 and isinstance(value, dict):
-        return {
-            key: REDACTED if isinstance(key, str) and is_secret_name(key) else _redact_value(item, depth - 1)
-            for key, item in value.items()
-        }
-    if depth > 0 and isinstance(value, list | tuple | set | frozenset):
-        return [_redact_value(item, depth - 1) for item in value]
-    return redact_text(repr(value))
 
 
 def add_call_fields(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

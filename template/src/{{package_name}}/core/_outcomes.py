@@ -3,7 +3,8 @@
 
 Every failure is an `isError` CallToolResult whose first text block reads
 `<category>: <message>` and whose `_meta.error` says the category, whether a retry
-can help, and the correlation id that finds the call in the server's log.
+can help, and the correlation id that finds the call in the server's log. An `MCPError`
+raised on purpose is answered as that JSON-RPC error, its texts shown as every message is.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from mcp.types import CallToolResult, TextContent
+from mcp.shared.exceptions import MCPError
+from mcp.types import URL_ELICITATION_REQUIRED, CallToolResult, TextContent
+from pydantic_core import to_jsonable_python
 
 from ._errors import Part
-from ._redaction import redact_text, strip_paths
+from ._redaction import redact_fields, redact_text, strip_paths
 
 Category = Literal[
     "unknown_tool",
@@ -58,6 +61,23 @@ def shown(message: str) -> str:
     """A message as the model may see it: every one, the owner's own included, loses
     secret-shaped values and the server's absolute file paths (whatever raised it)."""
     return strip_paths(redact_text(message))
+
+
+def shown_protocol_error(error: MCPError) -> MCPError:
+    """An `MCPError` raised on purpose (by a tool, a resource, a prompt or a completer), as the
+    client may see it: its message shown as every other, its data's texts too and its
+    secret-named fields blanked. Changed in place: the SDK answers with the exception it gets.
+
+    The data of `UrlElicitationRequiredError` (-32042) is left whole: its URLs are for the user
+    to open, as they would be in an elicitation request.
+    """
+    code, data = error.error.code, error.error.data
+    if data is not None and code != URL_ELICITATION_REQUIRED:
+        data = redact_fields(to_jsonable_python(data, fallback=repr), shown)
+    message = shown(error.error.message)
+    error.error = error.error.model_copy(update={"message": message, "data": data})
+    error.args = (code, message, data)
+    return error
 
 
 def error_meta(

@@ -7,7 +7,7 @@ is (`_resilience.classify`), its message shown to the client only after redactio
 details logged under a correlation id that the error's `data` carries:
 `{"category", "retryable", "correlation_id"}`, plus the `uri` of a resource. Invalid
 input and unknown names are `-32602`, everything else `-32603`. An `MCPError` the owner
-raises on purpose passes unchanged.
+raises on purpose is sent as raised, its message and data redacted as every text is.
 
 The SDK registers and renders them (`MCPServer.resource`, `add_prompt`, `completion`);
 `ResilientServer` overrides the public `read_resource` and `get_prompt` to call `answered`.
@@ -42,7 +42,7 @@ from ._callers import caller
 from ._discovery import Primitives
 from ._errors import FatalError, ToolInputError
 from ._logs import get_logger
-from ._outcomes import RATE_LIMITED_CODE, error_meta, shown
+from ._outcomes import RATE_LIMITED_CODE, error_meta, shown, shown_protocol_error
 from ._primitive_bounds import LimitRefusal, PrimitiveBounds
 from ._primitives import MAX_COMPLETION_VALUES, CompletionSpec
 from ._redaction import redact_text
@@ -164,8 +164,9 @@ async def answered(
     logged = redact_text(clip(target, _TARGET_IN_LOG, mark=""))
     try:
         result = await run()
-    except MCPError as exc:  # the owner's on purpose, or the SDK's own answer: sent unchanged
-        _line(method, logged, correlation_id, "protocol_error", None, started, code=exc.error.code)
+    except MCPError as exc:  # the owner's on purpose, or the SDK's own answer: sent as it was, redacted
+        code, message = exc.error.code, shown_protocol_error(exc).message
+        _line(method, logged, correlation_id, "protocol_error", None, started, code=code, message=message)
         raise
     except Exception as exc:
         if isinstance(exc, ResourceNotFoundError):
@@ -239,6 +240,7 @@ def _line(
     started: float,
     *,
     code: int | None = None,
+    message: str | None = None,
 ) -> None:
     log.info(
         "request",
@@ -250,4 +252,5 @@ def _line(
         code=code,
         duration_ms=round((time.perf_counter() - started) * 1000, 2),
         subject=caller(),
+        **({} if message is None else {"message": message}),
     )

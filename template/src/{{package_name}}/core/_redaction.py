@@ -12,6 +12,9 @@ a secret the log would hide is hidden from the client too. Two kinds of rule:
   formats of well-known providers, JWTs whole or cut, the pieces of a token that pydantic or a
   clip cut with "...", long base64 runs such as an AWS secret key).
 
+A URL-encoded text (`password%3D...`, `https%3A%2F%2Fuser%3Apw%40host`, a query string inside a
+query string) hides both from the rules: it is decoded (up to three times) and redacted again.
+
 The known formats are written here rather than taken from detect-secrets: its plugins scan a
 line in about 1.4 ms (this module: microseconds), flag every word of prose as "high entropy",
 say which value matched but not where, use backtracking regexes, and pull in requests and PyYAML.
@@ -21,7 +24,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import unquote_plus
 
 REDACTED = "[redacted]"
 PATH_HIDDEN = "[path]"
@@ -50,15 +55,25 @@ _PART = re.compile(r"[A-Z]?[a-z0-9]++|[A-Z]+(?![a-z])")
 # alternatives of a repetition start with different characters, so nothing is given back and a
 # 32 KB text of any shape costs one pass.
 
-# A PEM private key (its header, body and footer; the body may hold repr's `\n`), and a footer
-# whose header was cut off (pydantic shortens a long value in the middle).
-_PEM_BODY = r"(?:[A-Za-z0-9+/=\s\\:,]++|-(?!----))*+"
+# A PEM private key (its header, body and footer; the body may hold repr's `\n`, the `|` margin
+# a traceback draws beside the members of an exception group, and the lines of a URL-encoded key
+# already hidden before it was decoded), and a footer whose header was cut off (pydantic shortens
+# a long value in the middle).
+_ALREADY_HIDDEN = re.escape(REDACTED)
+_PEM_BODY = rf"(?:[A-Za-z0-9+/=\s\\:,|]++|-(?!----)|{_ALREADY_HIDDEN})*+"
 _PEM = re.compile(rf"-----BEGIN(?P<label>[A-Z0-9 ]*+)-----{_PEM_BODY}(?:-----END[A-Z0-9 ]*+-----)?+")
-_PEM_TAIL = re.compile(r"(?<![A-Za-z0-9+/=\s\\])[A-Za-z0-9+/=\s\\]*+-----END(?P<label>[A-Z0-9 ]*+)-----")
+_PEM_TAIL = re.compile(
+    rf"(?<![A-Za-z0-9+/=\s\\|\]])(?:[A-Za-z0-9+/=\s\\|]++|{_ALREADY_HIDDEN})*+"
+    r"-----END(?P<label>[A-Z0-9 ]*+)-----"
+)
 
 # user:password@ in a URL: the password runs to the last "@" before the host (it may hold "@"),
 # and the user may be empty (redis://:password@host).
 _URL_PASSWORD = re.compile(r"(?P<keep>://(?<=[a-z0-9+.-]://)[^:/@\s'\"]*+:)(?:[^/@\s'\"]*+@)++", re.I)
+# The same password cut by a clip before its "@" (`postgresql://svc:Pa55...`): up to the cut.
+_URL_PASSWORD_CUT = re.compile(
+    r"(?P<keep>://(?<=[a-z0-9+.-]://)[^:/@\s'\"]*+:)(?:[^/@\s'\".]++|\.(?!\.\.))++(?=\.\.\.)", re.I
+)
 
 # `name=`, `name: `, `"name": `, `'name': `, `\"name\": `; the value is measured after it.
 _NAMED_TAIL = r"(?:\\*+[\"'])?+[ \t]*+(?P<sep>[=:])[ \t]*+"
@@ -105,7 +120,7 @@ _SHAPES = (
             r"|xox[abeprs]-[A-Za-z0-9-]{10,}+"
             r"|(?:AKIA|ASIA)[0-9A-Z]{16}"  # AWS access key ids: long-term, temporary (STS)
             r"|AIza[0-9A-Za-z_-]{30,}+"
-            r"|SG\.[A-Za-z0-9_-]{16,}+\.[A-Za-z0-9_-]{16,}+)"
+            rf"|SG\.[A-Za-z0-9_-]{{16,}}+\.(?:[A-Za-z0-9_-]{{16,}}+|{_ALREADY_HIDDEN}))"
         ),
         REDACTED,
     ),
@@ -128,7 +143,20 @@ _CUT_TOKEN = (
     re.compile(r"(?<=\.\.\.)[A-Za-z0-9+/_=-]{8,}+"),
 )
 # Long base64 runs (an AWS secret access key is 40): kept when they read like text (see _blob).
-_BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{40,}+={0,2}+")
+# A run starts after a `%XX` escape, not inside it (nor inside `%25XX`, an escape encoded again):
+# a URL-encoded text can still be decoded whole.
+_BASE64_RUN = re.compile(
+    r"(?:(?<![A-Za-z0-9+/_%-])|(?<=%[0-9A-Fa-f]{2})(?<!%25))[A-Za-z0-9+/_-]{40,}+={0,2}+"
+)
+
+# A URL-encoded text is decoded this many times at most: a query string inside a query string
+# inside a query string.
+_DECODINGS = 3
+# A `%XX` escape: a text without one is not decoded.
+_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+# Levels of dicts and lists `redact_fields` redacts by key; deeper ones go as redacted text.
+NESTING = 8
+_JSON_SCALARS = (str, bool, int, float, type(None))
 
 _owner_keys: tuple[str, ...] = ()
 _owner_patterns: tuple[str, ...] = ()
@@ -201,11 +229,34 @@ def _redact_short(text: str) -> str:
 
 
 def _redact(text: str) -> str:
+    redacted = _redact_plain(text)
+    if "%" in redacted:
+        return _redact_encoded(redacted)
+    return redacted
+
+
+def _redact_encoded(text: str) -> str:
+    """The text decoded (`%3D` is `=`, `+` a space) and redacted again, when that hides something
+    more: a secret the encoding kept from the rules. Otherwise the text stays as it was written."""
+    shown, level = text, text
+    for _ in range(_DECODINGS):
+        if _ESCAPE.search(level) is None:
+            break
+        decoded = unquote_plus(level)
+        level = _redact_plain(decoded)
+        if level != decoded:
+            shown = level
+    return shown
+
+
+def _redact_plain(text: str) -> str:
     names, named, owner_shapes = _rules()
     if "-----" in text:
         text = _PEM_TAIL.sub(_private_key, _PEM.sub(_private_key, text))
     if "://" in text:
         text = _URL_PASSWORD.sub(rf"\g<keep>{REDACTED}@", text)
+        if "..." in text:
+            text = _URL_PASSWORD_CUT.sub(rf"\g<keep>{REDACTED}", text)
     text = _redact_named(text, names, named)
     for pattern, replacement in _SHAPES:
         text = pattern.sub(replacement, text)
@@ -284,6 +335,25 @@ def _value_span(text: str, at: int, name: str, sep: str) -> tuple[int, int] | No
     else:
         value = _BARE.match(text, at)
     return None if value is None else (at, value.end())
+
+
+def redact_fields(value: Any, redact: Callable[[str], str] = redact_text, depth: int = NESTING) -> Any:
+    """A value's dicts and lists with secret-named keys blanked and texts passed through `redact`,
+    `depth` levels deep; any other object (and what lies deeper) as its redacted repr."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, _JSON_SCALARS):
+        return value
+    if depth > 0 and isinstance(value, dict):
+        return {
+            key: REDACTED
+            if isinstance(key, str) and is_secret_name(key)
+            else redact_fields(item, redact, depth - 1)
+            for key, item in value.items()
+        }
+    if depth > 0 and isinstance(value, list | tuple | set | frozenset):
+        return [redact_fields(item, redact, depth - 1) for item in value]
+    return redact(repr(value))
 
 
 def strip_paths(text: str) -> str:

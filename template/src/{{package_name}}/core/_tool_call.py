@@ -43,6 +43,7 @@ from ._health import CallStats
 from ._idempotency import KEY_ARGUMENT, StoreHandle, fingerprint
 from ._idempotent_call import HeldKey, claim_key
 from ._logs import get_logger
+from ._outcomes import shown_protocol_error
 from ._progress import heartbeat, progress_requested
 from ._rate_limits import CallLimits
 from ._redaction import redact_text
@@ -144,10 +145,18 @@ class ToolCalls:
             else:  # the common case: no heartbeat task
                 outcome = await self._outcome(served, name, arguments, context, correlation_id, subject)
         except MCPError as exc:  # raised on purpose: the client gets that JSON-RPC error, in both eras
+            shown_protocol_error(exc)
             write_call_line(started, tool, correlation_id, "protocol_error", None, 1, subject)
             if self.telemetry is not None:
                 self.telemetry.tool_call(served, correlation_id, None)
-            log.info("tool_protocol_error", tool=tool, correlation_id=correlation_id, code=exc.error.code)
+            error = exc.error
+            log.info(
+                "tool_protocol_error",
+                tool=tool,
+                correlation_id=correlation_id,
+                code=error.code,
+                message=error.message,
+            )
             raise
         except BaseException as exc:  # a bug in this layer or a store: still an answer, never a leak
             if not is_own_cancellation(exc):
