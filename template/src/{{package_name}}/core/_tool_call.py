@@ -43,7 +43,7 @@ from ._health import CallStats
 from ._idempotency import KEY_ARGUMENT, StoreHandle, fingerprint
 from ._idempotent_call import HeldKey, claim_key
 from ._logs import get_logger
-from ._progress import heartbeat, progress_requested
+from ._progress import heartbeat, oversized_progress_token, progress_requested
 from ._rate_limits import CallLimits
 from ._redaction import redact_text
 from ._resilience import Attempts, Failure, classify, in_doubt_message, run_with_retries
@@ -139,8 +139,12 @@ class ToolCalls:
             running.add(task)
         try:
             if context is not None and progress_requested(context):
-                async with heartbeat(context, self.settings.progress_interval_s) as tracked:
-                    outcome = await self._outcome(served, name, arguments, tracked, correlation_id, subject)
+                too_long = oversized_progress_token(context)
+                if too_long is not None:  # every heartbeat would echo it: refused before anything runs
+                    outcome = Attempts(failure=Failure.refusal("invalid_input", too_long))
+                else:
+                    async with heartbeat(context, self.settings.progress_interval_s) as tracked:
+                        outcome = await self._outcome(served, name, arguments, tracked, correlation_id, subject)
             else:  # the common case: no heartbeat task
                 outcome = await self._outcome(served, name, arguments, context, correlation_id, subject)
         except MCPError as exc:  # raised on purpose: the client gets that JSON-RPC error, in both eras
