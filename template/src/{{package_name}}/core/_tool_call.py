@@ -144,7 +144,9 @@ class ToolCalls:
                     outcome = Attempts(failure=Failure.refusal("invalid_input", too_long))
                 else:
                     async with heartbeat(context, self.settings.progress_interval_s) as tracked:
-                        outcome = await self._outcome(served, name, arguments, tracked, correlation_id, subject)
+                        outcome = await self._outcome(
+                            served, name, arguments, tracked, correlation_id, subject
+                        )
             else:  # the common case: no heartbeat task
                 outcome = await self._outcome(served, name, arguments, context, correlation_id, subject)
         except MCPError as exc:  # raised on purpose: the client gets that JSON-RPC error, in both eras
