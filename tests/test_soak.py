@@ -15,7 +15,7 @@ BACKENDS = {"defaults": ["sqlite"], "proprietary-postgres": ["sqlite", "postgres
 CALLS = 120
 # Seeded kill intervals (mean 100 ms) put the first kill 14 ms after the first handshake,
 # well before 120 calls can be answered: every run sees kills whatever the machine's speed.
-SHORT_SOAK = ["--calls", str(CALLS), "--kill-every-ms", "100", "--seed", "1"]
+SHORT_SOAK = ["--case", "kills", "--calls", str(CALLS), "--kill-every-ms", "100", "--seed", "1"]
 
 
 @pytest.mark.generated(minutes=1)
@@ -53,7 +53,7 @@ def test_soak_through_database_crashes_finds_no_duplicated_or_lost_effect(
 ) -> None:
     figures_file = tmp_path / "soak.json"
 
-    kills = ["--kill-db", kill_db, "--db-kill-every-ms", "500"]
+    kills = ["--case", "kills", "--kill-db", kill_db, "--db-kill-every-ms", "500"]
     project_env("proprietary-postgres").run(
         "python", "benchmarks/soak.py", *DB_SOAK, *kills, "--json", str(figures_file)
     )
@@ -66,3 +66,33 @@ def test_soak_through_database_crashes_finds_no_duplicated_or_lost_effect(
     # An acknowledged key the store no longer holds as completed would not be replayed.
     assert run["acknowledged_not_replayable"] == {}, run
     assert run["final_errors"] == {}, run
+
+
+# One burst per case and backend of 48 calls (8 more than the server's tool threads) whose
+# bodies outlast the time limit, or the grace of a SIGTERM sent once all are in flight: the 8
+# that waited for a thread never began, so they are transient, never in doubt (the soak exits 1).
+QUEUED_SOAK = ["--case", "time-limit", "--case", "sigterm", "--bursts", "1", "--queued", "8"]
+
+
+@pytest.mark.generated(minutes=1)
+def test_soak_of_calls_waiting_for_a_thread_finds_no_key_in_doubt_that_never_ran(
+    project_env: Callable[[str], ProjectEnv], tmp_path: Path
+) -> None:
+    figures_file = tmp_path / "soak.json"
+
+    project_env("proprietary-postgres").run(
+        "python", "benchmarks/soak.py", *QUEUED_SOAK, "--json", str(figures_file)
+    )
+
+    runs = json.loads(figures_file.read_text(encoding="utf-8"))
+    assert [(run["backend"], run["case"]) for run in runs] == [
+        (backend, case) for backend in ("sqlite", "postgres") for case in ("time-limit", "sigterm")
+    ]
+    for run in runs:
+        assert run["cut_before_their_body"] >= 1, "no call waited for a thread: the case tried nothing"
+        assert run["in_doubt"] >= 1, run
+        assert run["in_doubt_never_ran"] == 0, run
+        assert run["false_in_doubt_of_in_doubt"] == 0, run
+        assert run["duplicated_effects"] == 0, run
+        assert run["unfinished"] == 0, run
+        assert run["final_errors"] == {}, run

@@ -6,8 +6,9 @@
   abandoned thread sees `cancelled()` turn true, and is counted and bounded.
 - A `side_effect=True` tool gains a required `idempotency_key` argument; the function
   receives it only if it declares an `idempotency_key` parameter itself. Its start is
-  recorded right before the body runs (an async tool's claim records it already), so a
-  call that never got there can run again.
+  recorded right before the body runs: in the worker thread for a sync tool (not while the
+  call waits for a thread), on the loop for an async one (whose claim may record it already),
+  so a call that never got there can run again.
 - `SystemExit` and `KeyboardInterrupt` from a tool become a FatalError: answered, then
   the process exits, instead of unwinding the event loop with the client left waiting.
 - Any other `BaseException` the tool raised (a `CancelledError` that is not this call's
@@ -17,6 +18,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
@@ -62,11 +64,10 @@ def entrypoint(spec: ToolSpec) -> Callable[..., Any]:
         if spec.side_effect and not takes_key:
             kwargs.pop(KEY_ARGUMENT, None)
         body = current_body() or Body()
-        if not is_async:
-            _refuse_past_the_thread_bound()
-        await body.begin()
         if is_async:
+            await body.begin()
             return await _awaited(fn(*args, **kwargs))
+        _refuse_past_the_thread_bound()
         return await _in_thread(body, functools.partial(fn, *args, **kwargs))
 
     functools.update_wrapper(call, fn)
@@ -99,10 +100,14 @@ async def _awaited(body: Awaitable[Any]) -> Any:
 async def _in_thread(body: Body, work: Callable[[], Any]) -> Any:
     """Run a sync body in a worker thread that the call may abandon (time limit, cancellation)."""
 
+    loop = asyncio.get_running_loop()
+
     def run() -> Any:
         if not body.enter_thread():
             return None  # the call gave up before this thread began: no one awaits it, so no effect
         try:
+            if not body.begin_in_thread(loop):
+                return None  # the call gave up while the start was recorded: the body never ran
             return work()
         except Exception:
             raise

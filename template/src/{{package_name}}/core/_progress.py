@@ -17,6 +17,7 @@ above the last value instead, so its message still arrives; with no room left be
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from collections.abc import AsyncIterator
 from typing import Any
@@ -29,6 +30,8 @@ from ._logs import get_logger
 from ._sdk import context_input_params, context_subscriptions, request_context_of
 
 log = get_logger(__name__)
+# Every notification echoes the token: a counter or an id fits, a megabyte sent back each interval does not.
+MAX_PROGRESS_TOKEN_BYTES = 256
 _STEP = 1e-6  # a heartbeat's step, relative to the value (at least this much)
 
 
@@ -107,6 +110,24 @@ def progress_requested(context: Context[Any, Any] | None) -> bool:
         return False
     meta = request_context.meta
     return meta is not None and meta.get("progress_token") is not None
+
+
+def oversized_progress_token(context: Context[Any, Any]) -> str | None:
+    """What is wrong with a call's progressToken too long to echo, or None; asked only of a
+    call that carries one (`progress_requested`)."""
+    request_context = request_context_of(context)
+    meta = request_context.meta if request_context is not None else None
+    token = meta.get("progress_token") if meta is not None else None
+    try:
+        size = len(json.dumps(token, ensure_ascii=False).encode())
+    except ValueError:  # an integer too long for Python to print
+        size = MAX_PROGRESS_TOKEN_BYTES + 1
+    if size <= MAX_PROGRESS_TOKEN_BYTES:
+        return None
+    return (
+        f"the progressToken in _meta is {size} bytes of JSON, over the limit of {MAX_PROGRESS_TOKEN_BYTES}; "
+        "nothing was run. Send a short token (a counter or an id), or none"
+    )
 
 
 @contextlib.asynccontextmanager

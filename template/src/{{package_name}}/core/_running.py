@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
+from typing import Any
 
 MAX_ABANDONED_THREADS = 16  # past this, new sync calls are refused until some finish
 
@@ -57,18 +58,36 @@ def cancelled() -> bool:
 class Body:
     """One attempt at running a tool body. `on_start` records the start before the body runs."""
 
-    on_start: Callable[[], Awaitable[None]] | None = None
+    on_start: Callable[[], Coroutine[Any, Any, None]] | None = None
     started: bool = False
     stopped: bool = False  # set on the loop, read by the body's thread: a flag is all it needs
     _thread_running: bool = False
     abandoned: bool = False
 
     async def begin(self) -> None:
-        """Called right before the body runs: after this, the body may have done anything."""
+        """Called right before an async body runs: after this, the body may have done anything."""
         if not self.started:
             if self.on_start is not None:
                 await self.on_start()
             self.started = True
+
+    def begin_in_thread(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Called by a sync body's thread right before the function runs; False when the call
+        gave up meanwhile (then the body must not run).
+
+        The start is recorded here, not while the call waited for a thread: a call cut while
+        it waited never began, so its key is free again rather than in doubt. The record is
+        written on the loop and waited for, so it is durable before the body runs; what it
+        raises (`ClaimLostError`) stops the body. Whether the body runs is decided under the
+        lock `abandon` takes, so a call that gave up reads `started` as final.
+        """
+        if not self.started and self.on_start is not None:
+            asyncio.run_coroutine_threadsafe(self.on_start(), loop).result()
+        with _ABANDONED.lock:
+            if self.stopped:
+                return False
+            self.started = True
+            return True
 
     def enter_thread(self) -> bool:
         """Called by the body's thread before it runs; False when the call already gave up on it.

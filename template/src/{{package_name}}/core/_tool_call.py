@@ -44,7 +44,7 @@ from ._idempotency import KEY_ARGUMENT, StoreHandle, fingerprint
 from ._idempotent_call import HeldKey, claim_key
 from ._logs import get_logger
 from ._outcomes import shown_protocol_error
-from ._progress import heartbeat, progress_requested
+from ._progress import heartbeat, oversized_progress_token, progress_requested
 from ._rate_limits import CallLimits
 from ._redaction import redact_text
 from ._resilience import Attempts, Failure, classify, in_doubt_message, run_with_retries
@@ -140,8 +140,14 @@ class ToolCalls:
             running.add(task)
         try:
             if context is not None and progress_requested(context):
-                async with heartbeat(context, self.settings.progress_interval_s) as tracked:
-                    outcome = await self._outcome(served, name, arguments, tracked, correlation_id, subject)
+                too_long = oversized_progress_token(context)
+                if too_long is not None:  # every heartbeat would echo it: refused before anything runs
+                    outcome = Attempts(failure=Failure.refusal("invalid_input", too_long))
+                else:
+                    async with heartbeat(context, self.settings.progress_interval_s) as tracked:
+                        outcome = await self._outcome(
+                            served, name, arguments, tracked, correlation_id, subject
+                        )
             else:  # the common case: no heartbeat task
                 outcome = await self._outcome(served, name, arguments, context, correlation_id, subject)
         except MCPError as exc:  # raised on purpose: the client gets that JSON-RPC error, in both eras
@@ -335,12 +341,19 @@ async def _run(
 
 
 def _past_time_limit(spec: ToolSpec, timeout_s: float) -> Failure:
-    """A call stopped at its time limit: worth retrying, unless its side effect may have begun."""
+    """A call stopped at its time limit: worth retrying, unless its side effect may have begun
+    (a side-effecting call whose body never began is `transient`: its key was released)."""
     body = current_body()
     if spec.side_effect and body is not None and body.started:
         still = ", and may still be running" if body.still_running else ""
         what = f"it ran past its time limit of {timeout_s:g} s{still}"
         return Failure.refusal("in_doubt", in_doubt_message(spec.name, what))
+    if spec.side_effect:  # cut while it waited (for a worker thread): the key is free again
+        return Failure.refusal(
+            "transient",
+            f"{spec.name} was stopped at its time limit of {timeout_s:g} s before its body began "
+            "(the server was busy); nothing was run. Retry later with the same idempotency key",
+        )
     return Failure.refusal(
         "timeout",
         f"{spec.name} did not finish within {timeout_s:g} s and was stopped; retry later, "
@@ -355,9 +368,10 @@ def _cut_at_shutdown(spec: ToolSpec | None) -> Failure:
         still = ", and may still be running" if body.still_running else ""
         what = f"the server stopped before it finished{still}"
         return Failure.refusal("in_doubt", in_doubt_message(spec.name, what))
+    began = "its body began; nothing was run" if spec is not None and spec.side_effect else "it finished"
     return Failure.refusal(
         "transient",
-        "the server is stopping and cut this call before it finished; "
+        f"the server is stopping and cut this call before {began}; "
         f"retry in {STOPPING_RETRY_AFTER_S:g} s, when a restarted server or another replica answers",
         retry_after_s=STOPPING_RETRY_AFTER_S,
     )

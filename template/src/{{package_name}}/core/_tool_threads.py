@@ -3,12 +3,13 @@
 
 `anyio.to_thread.run_sync` yields to the event loop before it hands a function to a thread
 (a checkpoint, then its capacity limiter), so with other calls in flight their work runs
-first. For a side-effecting sync tool that wait sits between its start mark and its body:
-a server killed there leaves a key in doubt whose body never ran, and every call is slower
-by it. Here the body goes to a thread at once (`loop.run_in_executor`), in a copy of the
-call's context, and that thread is claimed as an AnyIO worker thread, as `to_thread`'s are,
-so `anyio.from_thread.run` works in a sync tool. A body the call stops waiting for goes on
-in its thread (Python cannot stop a thread); `_running` counts it.
+first, and every call is slower by it. Here the body goes to a thread at once
+(`loop.run_in_executor`), in a copy of the call's context, and that thread is claimed as an
+AnyIO worker thread, as `to_thread`'s are, so `anyio.from_thread.run` works in a sync tool.
+A body the call stops waiting for goes on in its thread (Python cannot stop a thread);
+`_running` counts it. With every thread busy, a body waits in the pool's queue: a
+side-effecting body records its start only once its thread takes it
+(`Body.begin_in_thread`), so a call cut while it waited never began.
 """
 
 from __future__ import annotations
