@@ -14,12 +14,17 @@ connections would fill those too, so when they are full a new connection takes t
 one that has waited longest without sending a whole request, and a connection whose first bytes,
 already there when it is accepted, are a whole probe request is never the one closed: churn
 costs the churner its own connections, not the orchestrator its probe.
+
+Each connection is a file descriptor. Past the process's limit on them, accept() fails and
+asyncio stops accepting for a second at a time, probes included; `allow_descriptors` raises the
+limit to what `MAX_CONNECTIONS` needs, within the hard limit, and says when that is short.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from typing import Any
 
 import anyio
@@ -27,12 +32,42 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ._logs import get_logger
 from ._probes import PROBE_PATHS
+
+log = get_logger(__name__)
 
 PROBE_CONNECTIONS = 16  # accepted past MAX_CONNECTIONS, for the probes only
 PROBE_HEADERS_S = 5.0  # the most a connection for the probes waits for its request
 _PROBE_REQUESTS = tuple(f"GET {path} ".encode() for path in sorted(PROBE_PATHS))
 _PEEK_BYTES = 4096
+# Besides the connections: the listening socket, the store, telemetry, log and worker threads' files.
+DESCRIPTOR_HEADROOM = 256
+
+
+def allow_descriptors(max_connections: int) -> None:
+    """Raise the soft limit on open files to what `max_connections` needs, within the hard limit."""
+    if sys.platform == "win32":  # no such limit there
+        return
+    import resource  # Unix only
+
+    needed = max_connections + PROBE_CONNECTIONS + DESCRIPTOR_HEADROOM
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    allowed = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (allowed, hard))
+    except (ValueError, OSError):  # macOS caps it below its own hard limit (kern.maxfilesperproc)
+        allowed = soft
+    if allowed < needed:
+        log.warning(
+            "file_descriptors_short",
+            open_files_limit=allowed,
+            needed=needed,
+            detail=f"MAX_CONNECTIONS={max_connections} needs {needed} open files: raise `ulimit -n` "
+            "(the hard limit, e.g. the container's nofile) or lower MAX_CONNECTIONS",
+        )
 
 
 class ConnectionRoom:

@@ -32,7 +32,7 @@ from ._bearer import bearer_verifier
 from ._errors import FatalError
 from ._http_bind import bind_address, check_bind, url_host
 from ._http_exposure import check_exposure, is_loopback, transport_security
-from ._http_limits import BodyReadTimeout, bounded_h11
+from ._http_limits import BodyReadTimeout, allow_descriptors, bounded_h11
 from ._http_rate_limits import gate_tool_calls
 from ._json_bounds import count_members_after_auth
 from ._logs import get_logger
@@ -195,6 +195,7 @@ async def serve_http(server: ResilientServer, host: str, port: int) -> None:
     settings = server.app_settings
     holder: list[DrainingServer] = []
     app = build_app(server, host, lambda: bool(holder) and holder[0].draining)
+    allow_descriptors(settings.max_connections)
     config = uvicorn.Config(
         app,
         host=bind_address(host),
