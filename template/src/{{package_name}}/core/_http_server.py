@@ -3,16 +3,18 @@
 
 Host/Origin checks on every bind, bearer or OAuth through the SDK's auth hooks, the probes,
 bounded bodies, sessions and slow clients, uvicorn's lines through the JSON log, and a
-drain on SIGTERM/SIGINT: stop accepting, let calls in flight finish within
+drain on SIGTERM/SIGINT/SIGHUP: stop accepting, let calls in flight finish within
 `SHUTDOWN_GRACE_S`, cut and answer what is left (`_shutdown`), exit 0.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -30,7 +32,7 @@ from ._bearer import bearer_verifier
 from ._errors import FatalError
 from ._http_bind import bind_address, check_bind, url_host
 from ._http_exposure import check_exposure, is_loopback, transport_security
-from ._http_limits import BodyReadTimeout, bounded_h11
+from ._http_limits import BodyReadTimeout, allow_descriptors, bounded_h11
 from ._http_rate_limits import gate_tool_calls
 from ._json_bounds import count_members_after_auth
 from ._logs import get_logger
@@ -43,6 +45,7 @@ from ._scope_step_up import scope_step_up
 from ._sdk import answer_posts_with, forget_captured_signals, set_token_verifier
 from ._sessions import SdkSessions, SessionAdmission
 from ._settings import CoreSettings
+from ._shutdown import STOP_SIGNALS
 from ._startup import exit_fatal
 
 if TYPE_CHECKING:
@@ -78,6 +81,20 @@ class DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.mcp = mcp
         self.draining = False
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's SIGTERM and SIGINT, and the other stop signals (SIGHUP) handled alike."""
+        others = [signum for signum in STOP_SIGNALS if signum not in (signal.SIGTERM, signal.SIGINT)]
+        if threading.current_thread() is not threading.main_thread():  # as uvicorn: none there
+            others = []
+        previous = {signum: signal.signal(signum, self.handle_exit) for signum in others}
+        try:
+            with super().capture_signals():
+                yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # A second signal is only logged: uvicorn's would force an exit that loses the answers.
@@ -178,6 +195,7 @@ async def serve_http(server: ResilientServer, host: str, port: int) -> None:
     settings = server.app_settings
     holder: list[DrainingServer] = []
     app = build_app(server, host, lambda: bool(holder) and holder[0].draining)
+    allow_descriptors(settings.max_connections)
     config = uvicorn.Config(
         app,
         host=bind_address(host),

@@ -22,6 +22,7 @@ from ._errors import FatalError
 from ._fatal_exit import FatalExit
 from ._sdk import lowlevel_server_of
 from ._server import ResilientServer
+from ._shutdown import STOP_SIGNALS
 from ._startup import exit_fatal
 from ._stdio_guard import ProtocolPipes
 from ._stdio_transport import open_stdio
@@ -105,9 +106,9 @@ async def _end_of_input(server: ResilientServer) -> None:
 
 @contextlib.contextmanager
 def _stopped_by_signals(stop: Callable[[str], None], *, sigint: bool) -> Iterator[None]:
-    """SIGTERM (and SIGINT) call `stop` on the event loop (uvicorn does this for HTTP itself)."""
+    """SIGTERM, SIGHUP (and SIGINT) call `stop` on the event loop (`_http_server` does this for HTTP)."""
     loop = asyncio.get_running_loop()
-    handled = [signal.SIGTERM, signal.SIGINT] if sigint else [signal.SIGTERM]
+    handled = [signum for signum in STOP_SIGNALS if sigint or signum != signal.SIGINT]
     for signum in handled:
         loop.add_signal_handler(signum, stop, signum.name)
     try:

@@ -86,7 +86,9 @@ class CoreSettings(BaseSettings):
         "core", description="who answers requests: the core, with fewer tasks a call, or the SDK as it is"
     )
     max_request_bytes: int = Field(4 * 1024 * 1024, gt=0, description="largest HTTP request body (413 above)")
-    shutdown_grace_s: float = Field(10.0, ge=0, description="on SIGTERM, how long in-flight calls may finish")
+    shutdown_grace_s: float = Field(
+        10.0, ge=0, description="on SIGTERM, SIGINT or SIGHUP, how long in-flight calls may finish"
+    )
     max_connections: int = Field(1000, gt=0, description="open HTTP connections; more get 503")
     max_sessions: int = Field(
         1000, gt=0, description="open MCP sessions (2025-11-25 era); a new one closes the least recently used"

@@ -1,5 +1,8 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
-"""Stopping on purpose: SIGTERM, SIGINT or the end of stdin, over either transport.
+"""Stopping on purpose: SIGTERM, SIGINT, SIGHUP or the end of stdin, over either transport.
+
+SIGHUP (a closed terminal, a supervisor's reload or stop) would end the process at once, with
+no log line and the calls in flight unanswered: it stops the server as SIGTERM does.
 
 From the first signal on, new calls are refused (`transient`: another replica, or this
 server restarted, will take them); calls in flight get `SHUTDOWN_GRACE_S` to finish; those
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -28,6 +32,10 @@ log = get_logger(__name__)
 EXIT_BOUND_S = 5.0  # past the grace: time to answer the cut calls, close the store, flush the log
 ANSWER_CUT_CALLS_S = 2.0  # of that bound: time for the cut calls to write their answers
 _POLL_S = 0.05
+# Each begins the same stop; SIGHUP does not exist on Windows.
+STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name)
+)
 
 
 class Shutdown:
