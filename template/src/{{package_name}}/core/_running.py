@@ -81,6 +81,8 @@ class Body:
         raises (`ClaimLostError`) stops the body. Whether the body runs is decided under the
         lock `abandon` takes, so a call that gave up reads `started` as final.
         """
+        if self.stopped:  # the call gave up while it waited: no start mark to write at all
+            return False
         if not self.started and self.on_start is not None:
             asyncio.run_coroutine_threadsafe(self.on_start(), loop).result()
         with _ABANDONED.lock:
