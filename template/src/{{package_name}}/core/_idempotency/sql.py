@@ -624,14 +624,12 @@ class SQLStore(IdempotencyStore):
         row = await db.one(self.sql.select_existing, params)
         return None if row is None else ExistingRow(*row)
 
+    def _held(self, caller: str, tool: str, key: str, **more: Any) -> dict[str, Any]:
+        """The parameters of a write to a key this instance holds (its owner condition)."""
+        return {"caller": caller, "tool": tool, "key": key, "owner": self.me.instance_id, **more}
+
     async def mark_started(self, tool: str, key: str, *, caller: str = LOCAL_CALLER) -> None:
-        params = {
-            "caller": caller,
-            "tool": tool,
-            "key": key,
-            "owner": self.me.instance_id,
-            "running": BODY_RUNNING,
-        }
+        params = self._held(caller, tool, key, running=BODY_RUNNING)
         async with self._session("mark_started") as db:
             marked = await db.execute(self.sql.mark_started, params)
         if not marked:
@@ -640,32 +638,19 @@ class SQLStore(IdempotencyStore):
     async def complete(
         self, tool: str, key: str, result: dict[str, Any], *, caller: str = LOCAL_CALLER
     ) -> None:
-        params = {
-            "caller": caller,
-            "tool": tool,
-            "key": key,
-            "owner": self.me.instance_id,
-            "result": encode_result(result),
-        }
+        params = self._held(caller, tool, key, result=encode_result(result))
         if not await self._store_outcome(params):
             _log.warning("idempotency_result_not_stored", tool=tool, reason="the claim is no longer ours")
 
     async def release(self, tool: str, key: str, *, caller: str = LOCAL_CALLER) -> None:
-        params = {"caller": caller, "tool": tool, "key": key, "owner": self.me.instance_id}
+        params = self._held(caller, tool, key)
         async with self._session("release", shield=True) as db:
             await db.execute(self.sql.release, params)
 
     async def mark_in_doubt(
         self, tool: str, key: str, note: str = "", *, caller: str = LOCAL_CALLER, still_running: bool = False
     ) -> None:
-        params = {
-            "caller": caller,
-            "tool": tool,
-            "key": key,
-            "owner": self.me.instance_id,
-            "note": note,
-            "body": BODY_RUNNING if still_running else BODY_ENDED,
-        }
+        params = self._held(caller, tool, key, note=note, body=BODY_RUNNING if still_running else BODY_ENDED)
         async with self._session("mark_in_doubt", shield=True) as db:
             await db.execute(self.sql.mark_in_doubt, params)
 
