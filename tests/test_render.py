@@ -217,8 +217,13 @@ def test_mypy_strict_and_the_tests_these_answers_reach_pass(
     check_directly(project_env(entry), entry, *ANSWER_DEPENDENT_TESTS)
 
 
+# The whole suite mostly waits (servers starting, calls sleeping, time limits running out), and
+# it is the run's longest test: two workers of its own let those waits overlap.
+WHOLE_SUITE_WORKERS = ["-n", "2"]
+
+
 def check_directly(env: ProjectEnv, entry: str, *tests: str) -> None:
-    """mypy --strict and the project's tests (all, or `tests`) in one test: one worker, one venv."""
+    """mypy --strict and the project's tests (all, or `tests`) in one test: one venv."""
     assert_package_name_refuses_every_installed_name(env, entry)
     env.run("mypy", "--strict")
     env.run(
@@ -229,6 +234,7 @@ def check_directly(env: ProjectEnv, entry: str, *tests: str) -> None:
         "-p",
         "no:cacheprovider",
         *HANG_REPORT,
+        *([] if tests else WHOLE_SUITE_WORKERS),
         *([] if entry == NETWORK_ENTRY else NOT_NETWORK),
         *tests,
         timeout=SUITE_TIMEOUT_S,
