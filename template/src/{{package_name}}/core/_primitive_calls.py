@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, UnexpectedResourceError
 from mcp.server.mcpserver.prompts.base import Prompt
@@ -109,7 +110,13 @@ def register(server: MCPServer[Any], primitives: Primitives, bounds: PrimitiveBo
 async def _completed(
     spec: CompletionSpec, argument: CompletionArgument, filled: dict[str, str]
 ) -> Completion:
-    values = spec.fn(argument.name, argument.value, filled)
+    call = functools.partial(spec.fn, argument.name, argument.value, filled)
+    if inspect.iscoroutinefunction(spec.fn):
+        values = call()
+    else:
+        # In a worker thread, as the SDK runs sync resources and prompts: on the event loop a slow
+        # completer would hold up every other request, and no time limit could stop it.
+        values = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
     if inspect.isawaitable(values):
         values = await values
     if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
