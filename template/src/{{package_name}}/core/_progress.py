@@ -103,21 +103,22 @@ def progress_requested(context: Context[Any, Any] | None) -> bool:
     `Context.request_context` costs more than the rest of the seam's checks together: it is read
     the cheap way (`request_context_of`).
     """
-    if context is None:
-        return False
+    return context is not None and _progress_token(context) is not None
+
+
+def _progress_token(context: Context[Any, Any]) -> Any:
+    """The call's `_meta.progressToken`, or None."""
     request_context = request_context_of(context)
     if request_context is None:  # a Context built outside a request (MCPServer.call_tool called directly)
-        return False
+        return None
     meta = request_context.meta
-    return meta is not None and meta.get("progress_token") is not None
+    return meta.get("progress_token") if meta is not None else None
 
 
 def oversized_progress_token(context: Context[Any, Any]) -> str | None:
     """What is wrong with a call's progressToken too long to echo, or None; asked only of a
     call that carries one (`progress_requested`)."""
-    request_context = request_context_of(context)
-    meta = request_context.meta if request_context is not None else None
-    token = meta.get("progress_token") if meta is not None else None
+    token = _progress_token(context)
     try:
         size = len(json.dumps(token, ensure_ascii=False).encode())
     except ValueError:  # an integer too long for Python to print
