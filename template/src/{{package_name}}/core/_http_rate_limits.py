@@ -9,8 +9,8 @@ sits inside the SDK's auth middleware, where the caller is known, and asks the s
 the core enforces, without taking anything: the core takes the call's share when it runs the
 call. A 2025-11-25 request carries no such headers; it reaches the core, which answers
 `rate_limited` in the tool result (a JSON-RPC error for the other primitives), as it does for
-a call that passed the gate but lost a race for the last slot. With `AUTH=oauth` the gate first asks the scope
-step-up check (`_scope_step_up`): a call the token may not make gets 403, not 429.
+a call that passed the gate but lost a race for the last slot. With `AUTH=oauth` the gate first
+asks the scope step-up check (`_scope_step_up`): a call the token may not make gets 403, not 429.
 """
 
 from __future__ import annotations
@@ -27,12 +27,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ._asgi_json import send_json
 from ._callers import caller
 from ._outcomes import RATE_LIMITED_CODE
+from ._primitive_bounds import BOUNDED_METHODS
 from ._rate_limits import CallLimits
 from ._scope_step_up import ScopeStepUp
 from ._tool import ToolSpec
-
-# The methods bounded like a tool call that name no tool: only the server-wide limits apply.
-BOUNDED_PRIMITIVES = frozenset({"resources/read", "prompts/get", "completion/complete"})
 
 
 class RateLimitGate:
@@ -67,7 +65,7 @@ class RateLimitGate:
                     return
                 spec = self.tools(name) if name is not None else None
                 refused = self.limits.refusal(spec, caller()) if spec is not None else None
-            elif method in BOUNDED_PRIMITIVES:
+            elif method in BOUNDED_METHODS:
                 refused = self.limits.refusal(None, caller())
             if refused is not None:
                 await _too_many_requests(send, refused.message, refused.retry_after_s)

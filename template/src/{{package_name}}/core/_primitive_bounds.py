@@ -37,6 +37,8 @@ _WHAT = {
     "prompts/get": "the prompt",
     "completion/complete": "the completion",
 }
+# The methods bounded like a tool call that name no tool: only the server-wide limits apply.
+BOUNDED_METHODS = frozenset(_WHAT)
 
 
 class LimitRefusal(Exception):
