@@ -1,0 +1,12 @@
+"""Start the real command with extra tools modules: `python launch_with_tools.py DIR [ARGS...]`.
+
+The modules in DIR join the tools/ package the way an owner's files do.
+"""
+
+import sys
+
+import sample_server.tools
+from resilient_mcp.commands.cli import main
+
+sample_server.tools.__path__.append(sys.argv[1])
+raise SystemExit(main(sys.argv[2:]))
