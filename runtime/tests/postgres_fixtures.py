@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from local_postgres import LocalPostgres, installed_binaries, pgserver_dir, reachable_by_others
+from resilient_mcp.testing.local_postgres import LocalPostgres, installed_binaries, pgserver_dir, reachable_by_others
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
