@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+
 from .answers import MATRIX, answers
 from .gitrepo import BASE_TAG, TemplateRepo
+from .library_wheel import build_wheel_folder, find_links_environ
 from .project_env import ProjectEnv
 from .releases import build_release_repo, released_versions
 from .rendering import render
@@ -119,8 +121,10 @@ def isolated_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     )
     copier_settings = home / "copier-settings.yml"
     copier_settings.write_text("trust: []\n", encoding="utf-8")
+    wheels = build_wheel_folder(tmp_path_factory.mktemp("wheels"))
     with pytest.MonkeyPatch.context() as patch:
         for variable, value in {
+            **find_links_environ(wheels),
             "GIT_AUTHOR_NAME": "Template Tests",
             "GIT_AUTHOR_EMAIL": "template-tests@example.com",
             "GIT_COMMITTER_NAME": "Template Tests",
