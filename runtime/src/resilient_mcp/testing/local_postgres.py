@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.action == "stop":
             if server.running():
                 server.shut_down()
-            print(f"PostgreSQL is stopped; its data stays in {directory} (delete it to start afresh).")
+            say(f"PostgreSQL is stopped; its data stays in {directory} (delete it to start afresh).")
             return 0
         if not server.running():
             server.start()
@@ -182,9 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     (directory / ENV_FILE).write_text("\n".join(exports) + "\n", encoding="utf-8")
     elsewhere = f" --dir {shlex.quote(str(args.dir))}" if args.dir != DEFAULT_DIR else ""
-    print(f"PostgreSQL ({bin_dir}) is running, its data in {directory}. For the server and the tests:")
-    print(f"source {shlex.quote(str(args.dir / ENV_FILE))}   # {'; '.join(exports)}")
-    print(f"Stop it with: nox -s db -- stop{elsewhere}")
+    say(f"PostgreSQL ({bin_dir}) is running, its data in {directory}. For the server and the tests:")
+    say(f"source {shlex.quote(str(args.dir / ENV_FILE))}   # {'; '.join(exports)}")
+    say(f"Stop it with: nox -s db -- stop{elsewhere}")
     return 0
 
 
@@ -202,6 +202,11 @@ def project_env_prefix(pyproject: Path) -> str | None:
         if isinstance(project, Project):
             return project.env_prefix
     return None
+
+
+def say(line: str) -> None:
+    """A line for the person at the terminal (a command of its own: stdout is no protocol here)."""
+    sys.stdout.write(f"{line}\n")
 
 
 def refuse(message: str) -> int:

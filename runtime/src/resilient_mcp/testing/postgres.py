@@ -25,7 +25,12 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from resilient_mcp.project import this_project
-from resilient_mcp.testing.local_postgres import LocalPostgres, installed_binaries, pgserver_dir, reachable_by_others
+from resilient_mcp.testing.local_postgres import (
+    LocalPostgres,
+    installed_binaries,
+    pgserver_dir,
+    reachable_by_others,
+)
 
 
 def dsn_variable() -> str:
