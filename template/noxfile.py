@@ -1,7 +1,8 @@
 # Template-owned: `copier update` replaces this file.
-"""Checks for this server: `nox` runs lint, typecheck and tests (yours and a core smoke test).
+"""Checks for this server: `nox` runs lint, typecheck and tests (yours and the smoke tests).
 
-`nox -s core` runs the template's whole core suite (tests/core); CI runs it on every push.
+The server's behaviour is the resilient-mcp library's: its own suite, benchmarks and protocol
+conformance run where it is released, not here.
 """
 
 from __future__ import annotations
@@ -50,32 +51,11 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", "--strict", *session.posargs)
 
 
-# Your tests (tests/tools) and the core tests marked `smoke`: the loop to run while you work.
-OWNER_LOOP = "not core or smoke"
-
-
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Your tests and a core smoke test (handshake, health_check, failures, stdout): the quick loop."""
+    """Your tests (tests/tools) and the smoke tests (the command as a host starts it): the quick loop."""
     session.install("-e", ".[dev]")
-    session.run("pytest", "-m", OWNER_LOOP, *session.posargs)
-
-
-@nox.session(default=False)
-def core(session: nox.Session) -> None:
-    """The template's whole core suite (tests/core): what `copier update` brings must pass here.
-
-    `nox -s core -- tests/core/test_health.py` runs only the tests named, in one process; other
-    arguments (`-x`, `-k heartbeat`) go to pytest with the whole suite, spread over every CPU
-    (pytest-xdist; `-n 0` runs it in one process).
-    """
-    session.install("-e", ".[dev]")
-    named = any(Path(arg.split("::")[0]).exists() for arg in session.posargs)
-    if named:
-        session.run("pytest", *session.posargs)
-        return
-    chosen = any(arg.startswith(("-n", "--numprocesses")) for arg in session.posargs)
-    session.run("pytest", "tests/core", *([] if chosen else ["-n", "auto"]), *session.posargs)
+    session.run("pytest", *session.posargs)
 
 
 @nox.session(default=False)
@@ -111,69 +91,18 @@ def contract(session: nox.Session) -> None:
     session.run(COMMAND, "contract", *(session.posargs or ["--check"]))
 
 
-# Rendered in postgres projects only; the same server the tests start when they have no URL.
-LOCAL_POSTGRES = Path(__file__).with_name("tests") / "core" / "local_postgres.py"
+# The postgres backend's projects depend on the library's postgres extra.
+POSTGRES = any(re.match(r"resilient-mcp\[postgres\]", dependency) for dependency in PROJECT["dependencies"])
 
 
-@nox.session(default=False, venv_backend=None if LOCAL_POSTGRES.exists() else "none")
+@nox.session(default=False, venv_backend=None if POSTGRES else "none")
 def db(session: nox.Session) -> None:
     """A local PostgreSQL (postgres backend), kept in .nox/postgres: prints the URL to export; `-- stop`."""
-    if not LOCAL_POSTGRES.exists():
+    if not POSTGRES:
         session.error("this project keeps its idempotency keys in SQLite: it needs no database server")
-    # pgserver's bundled PostgreSQL where it has wheels (as pyproject.toml's dev extra); else the system's.
-    session.install("pgserver>=0.1.4; python_version < '3.13'")
-    session.run("python", str(LOCAL_POSTGRES), *session.posargs)
-
-
-@nox.session(default=False)
-def bench(session: nox.Session) -> None:
-    """Run every benchmarks/bench_*.py, or one with its options: `nox -s bench -- overhead --rounds 10`."""
-    session.install("-e", ".[dev]")
-    scripts = sorted(Path("benchmarks").glob("bench_*.py"))
-    if session.posargs:
-        scripts = [Path("benchmarks") / f"bench_{session.posargs[0]}.py"]
-    for script in scripts:
-        options = ["--fastmcp-path", fastmcp_beside(session)] if script.name == "bench_overhead.py" else []
-        session.run("python", str(script), *options, *session.posargs[1:])
-
-
-# Every distribution installed in the session as `name==version`, but the project (argv[1]).
-PINS = """
-import importlib.metadata, re, sys
-project = re.sub(r"[-_.]+", "-", sys.argv[1]).lower()
-for dist in importlib.metadata.distributions():
-    if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() != project:
-        print(f"{dist.metadata['Name']}=={dist.version}")
-"""
-
-
-def fastmcp_beside(session: nox.Session) -> str:
-    """FastMCP in a directory of its own, at the versions of everything the session has.
-
-    FastMCP is bench_overhead.py's point of comparison, never a dependency. Installed into
-    the session, it would bring Rich, which structlog loads whenever it is importable: the
-    servers measured would no longer be this project's as it runs anywhere else.
-    """
-    target = Path(session.create_tmp()) / "fastmcp"
-    constraints = target.with_name("fastmcp-constraints.txt")
-    pins = session.run("python", "-c", PINS, PROJECT["name"], silent=True)
-    constraints.write_text(str(pins), encoding="utf-8")
-    session.install("--target", str(target), "--constraint", str(constraints), "fastmcp>=4")
-    return str(target)
-
-
-@nox.session(default=False)
-def conformance(session: nox.Session) -> None:
-    """The MCP conformance suite over HTTP, both eras (npm installs it and Node 22 once); see conformance/."""
-    session.install("-e", ".", "pyyaml>=6")
-    session.run("python", "conformance/run.py", *session.posargs)
-
-
-@nox.session(default=False)
-def soak(session: nox.Session) -> None:
-    """Side-effecting calls while the server is killed at random; fails on duplicated or lost effects."""
-    session.install("-e", ".[dev]")
-    session.run("python", "benchmarks/soak.py", *session.posargs)
+    # The project names the variables; pgserver's PostgreSQL where it has wheels, else the system's.
+    session.install("-e", ".", "pgserver>=0.1.4; python_version < '3.13'")
+    session.run("python", "-m", "resilient_mcp.testing.local_postgres", *session.posargs)
 
 
 # The bundle's CLI from npm (npx), pinned: `pack` writes the format that version knows.
