@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-
 from .answers import MATRIX, answers
 from .gitrepo import BASE_TAG, TemplateRepo
 from .library_wheel import build_wheel_folder, find_links_environ
