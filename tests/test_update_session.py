@@ -110,7 +110,8 @@ def test_nox_update_lists_the_conflicts_and_prints_the_upgrading_notes(
         "idempotency_backend changed from sqlite to postgres: the keys recorded in sqlite are not moved"
         in output
     )
-    assert f"no longer has these files, which you had not changed: removed.\n  {DROPPED}" in output
+    assert "no longer has these files, which you had not changed: removed.\n" in output
+    assert f"\n  {DROPPED}\n" in output
     assert not (project / DROPPED).exists()
 
 
@@ -184,7 +185,9 @@ def test_nox_update_from_a_vendored_core_removes_it_when_the_owner_left_it_alone
     assert "run\n`nox -s update` (again, if it ran this update)" in updated_output, "copier's note is shown"
     assert checked == 0, output
     assert "copier update has already run here" in output
-    assert f"which you had not changed: removed.\n  src/{PACKAGE}/core/ (" in output
+    assert "no longer has these files, which you had not changed: removed.\n" in output
+    assert f"\n  src/{PACKAGE}/core/ (" in output
+    assert "\n  tests/core/ (" in output
     assert "with your change in it" not in output
     assert "Updated cleanly" in output
     assert_nothing_to_merge(project)
