@@ -188,7 +188,7 @@ def test_default_project_holds_the_owner_code_and_its_scaffolding_only(
 
     assert len(files) <= MOST_FILES, f"{len(files)} files (at most {MOST_FILES}): {files}"
     assert [path for path in files if path.startswith(("tests/core/", "benchmarks/", "conformance/"))] == []
-    assert [path for path in files if re.fullmatch(rf"src/{package}/core/_.*", path)] == []
+    assert [path for path in files if re.fullmatch(rf"src/{package}/core/_[a-z].*", path)] == []
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
