@@ -71,7 +71,12 @@ def demo(session: nox.Session) -> None:
     # server's JSON log lines (one per call) out of the way of what the client shows.
     data_dir = project.parent / "demo-data"
     env = {f"{prefix}DATA_DIR": str(data_dir), f"{prefix}LOG_LEVEL": "warning"}
-    session.install("-e", str(project))
+    # The project depends on resilient-mcp at this checkout's version, which PyPI may not have yet:
+    # its wheel, built from the work tree, is where the install finds it first.
+    wheels = library_wheel(session, Path(session.create_tmp()) / "wheels")
+    # uv keeps a wheel by version: the one just built replaces any cached one of the same version.
+    fresh = ["--reinstall-package", "resilient-mcp"] if session.venv_backend == "uv" else []
+    session.install(*fresh, "-e", str(project), env=wheels)
     command = Path(session.bin) / slug
     session.run(slug, "check", env=env)
     # One JSON report: handshake in both protocol eras, tools/list size, health_check.
@@ -85,13 +90,28 @@ def demo(session: nox.Session) -> None:
     print(f"{setting} {executable} diagnose")
 
 
-def matrix_answers(entry: str) -> dict[str, Any]:
-    """The tests' answers for a MATRIX entry (tests/answers.py is plain data: load it as a file)."""
-    spec = importlib.util.spec_from_file_location("template_test_answers", ROOT / "tests" / "answers.py")
+def library_wheel(session: nox.Session, folder: Path) -> dict[str, str]:
+    """The runtime library's wheel built into `folder`; the environment that installs from it."""
+    module = load_tests_module("library_wheel")
+    shutil.rmtree(folder, ignore_errors=True)
+    session.log(f"Building the resilient-mcp wheel from {ROOT / 'runtime'}")
+    found: dict[str, str] = module.find_links_environ(module.build_wheel_folder(folder))
+    return found
+
+
+def load_tests_module(name: str) -> Any:
+    """A module of tests/ that imports nothing of the tests' (plain helpers), loaded as a file."""
+    spec = importlib.util.spec_from_file_location(f"template_test_{name}", ROOT / "tests" / f"{name}.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def matrix_answers(entry: str) -> dict[str, Any]:
+    """The tests' answers for a MATRIX entry (tests/answers.py is plain data: load it as a file)."""
+    module = load_tests_module("answers")
     found: dict[str, Any] = module.answers(**module.MATRIX[entry])
     return found
 

@@ -8,6 +8,7 @@ conformance run where it is released, not here.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import re
 import shutil
@@ -145,7 +146,9 @@ def update(session: nox.Session) -> None:
     Where the template's tags did not travel (a clone of a clone), a release is found by the
     commit its CHANGELOG.md names: no arguments mean its newest release, `--vcs-ref vX.Y.Z` that
     one. After a `copier update` run by hand (a project made before this session existed), it
-    checks that update instead of making another.
+    checks that update instead of making another. A file the new version removes that you had
+    changed (a file of the vendored core, before 0.4.0) is listed with your change, never dropped
+    quietly: run it again after a `copier update` or an older version's `nox -s update`.
     """
     session.install("copier>=9.19,<10")
     try:
@@ -183,13 +186,8 @@ def update(session: nox.Session) -> None:
             f"{old_backend} are not moved, so a retry of an old key runs the tool again. Before you "
             f"deploy, settle the keys in doubt with the old build (`{COMMAND} keys list --in-doubt`)."
         )
-    deleted = git("diff", "--name-only", "--diff-filter=D", "HEAD")
-    if deleted:
-        session.log(
-            "The new template version no longer has these files (check you kept nothing of "
-            "yours in them: `git show HEAD:<path>`):\n  " + "\n  ".join(deleted)
-        )
-    problems = [f"unmerged: {path}" for path in git("diff", "--name-only", "--diff-filter=U")]
+    problems = removed_with_your_changes(session, before)
+    problems += [f"unmerged: {path}" for path in git("diff", "--name-only", "--diff-filter=U")]
     problems += [f"conflict marker: {line}" for line in git("grep", "-n", "-I", "--untracked", "-E", MARKERS)]
     problems += [f"rejected part: {path}" for path in git("ls-files", "--others", "--", "*.rej")]
     if problems:
@@ -203,6 +201,110 @@ def update(session: nox.Session) -> None:
         else:
             session.warn("uv is not on the PATH: run `uv lock` before you commit, or CI finds uv.lock stale")
     session.log("Updated cleanly: review `git diff`, run `nox`, then commit.")
+
+
+def removed_with_your_changes(session: nox.Session, before: dict[str, str]) -> list[str]:
+    """The files the update removed that you had changed, as problems; the others are only named.
+
+    copier removes every file the new template version no longer has, changed or not (release
+    0.4.0 removed the vendored core: it is the resilient-mcp library now). Each removed file is
+    compared with the old version's own render: a change of yours is shown, never dropped quietly.
+    """
+    removed = git("diff", "--name-only", "--diff-filter=D", "HEAD")
+    if not removed:
+        return []
+    old = render_before(session, before)
+    if old is None:
+        session.warn(
+            "The new template version no longer has these files, and the old version could not be "
+            "rendered to tell which you changed (`git show HEAD:<path>` shows each):\n  "
+            + "\n  ".join(removed)
+        )
+        return []
+    yours = {path: committed(path) for path in removed}
+    changed = [path for path in removed if rendered(old / path) != yours[path]]
+    unchanged = [path for path in removed if path not in changed]
+    if unchanged:
+        session.log(
+            "The new template version no longer has these files, which you had not changed: removed.\n  "
+            + "\n  ".join(by_folder(unchanged))
+        )
+    added = kept_beside(removed, old)
+    if added:
+        session.warn(
+            "Your own files in folders the template no longer fills are kept; check they import "
+            "nothing it removed:\n  " + "\n  ".join(added)
+        )
+    for path in changed:
+        diff = difflib.unified_diff(
+            rendered(old / path).decode(errors="replace").splitlines(keepends=True),
+            yours[path].decode(errors="replace").splitlines(keepends=True),
+            fromfile=f"{path} (template {before.get('_commit', '')})",
+            tofile=f"{path} (yours)",
+        )
+        session.log(f"You changed {path}, which the new template version removes:\n" + "".join(diff))
+    return [
+        f"removed, with your change in it: {path} (`git show HEAD:{path}`): {MOVE_IT}" for path in changed
+    ]
+
+
+# What to do with a change to a template file that the library now holds.
+MOVE_IT = (
+    "move the change into your own code (a @lifespan, @dependency or Check from <package>.core, "
+    "a setting in settings.py, a module in tools/), as the Upgrading notes say, or drop it"
+)
+
+
+def render_before(session: nox.Session, before: dict[str, str]) -> Path | None:
+    """The template version the project was at, rendered with its committed answers (None: it cannot be)."""
+    target = Path(session.create_tmp()) / "template-before"
+    shutil.rmtree(target, ignore_errors=True)
+    data = target.with_name("answers-before.yml")
+    lines = git("show", "HEAD:.copier-answers.yml")
+    kept = [f"{line}\n" for line in lines if not line.startswith(("_", "#"))]  # copier's own keys go
+    data.write_text("".join(kept), encoding="utf-8")
+    copier = shutil.which("copier", path=session.bin) or "copier"
+    source, commit = before.get("_src_path", ""), before.get("_commit", "")
+    command = [copier, "copy", "--quiet", "--defaults", "--skip-tasks", "--vcs-ref", commit]
+    result = subprocess.run(
+        [*command, "--data-file", str(data), source, str(target)], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0 or not source or not commit:
+        session.log(f"copier could not render template {commit} of {source}: {result.stderr.strip()[-2000:]}")
+        return None
+    return target
+
+
+def rendered(path: Path) -> bytes:
+    """A file of a render, empty where the render has none."""
+    return path.read_bytes() if path.is_file() else b""
+
+
+def committed(path: str) -> bytes:
+    """A file's bytes as last committed."""
+    return subprocess.run(["git", "show", f"HEAD:{path}"], capture_output=True, check=True).stdout
+
+
+def by_folder(paths: list[str]) -> list[str]:
+    """Paths, a folder with more than one of them as `folder/ (N files)`."""
+    folders: dict[str, list[str]] = {}
+    for path in paths:
+        folders.setdefault(str(Path(path).parent), []).append(path)
+    return [
+        group[0] if len(group) == 1 else f"{folder}/ ({len(group)} files)"
+        for folder, group in folders.items()
+    ]
+
+
+def kept_beside(removed: list[str], old: Path) -> list[str]:
+    """Committed files of the owner's (not in the old version's render) in the folders of removed files."""
+    folders = sorted({str(Path(path).parent) for path in removed})
+    tracked = git("ls-tree", "-r", "--name-only", "HEAD", "--", *folders)
+    return [
+        path
+        for path in tracked
+        if str(Path(path).parent) in folders and path not in removed and not (old / path).exists()
+    ]
 
 
 # The lines git merge and copier update write around a conflict.

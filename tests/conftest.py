@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-
 from .answers import MATRIX, answers
 from .gitrepo import BASE_TAG, TemplateRepo
 from .library_wheel import build_wheel_folder, find_links_environ
@@ -110,9 +109,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         progress.stopped.set()
 
 
+@pytest.fixture(scope="session")
+def wheel_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The runtime library's wheel, built from the work tree: where rendered projects install it from."""
+    return build_wheel_folder(tmp_path_factory.mktemp("wheels"))
+
+
 @pytest.fixture(scope="session", autouse=True)
-def isolated_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Commits need an identity, and the user's git or copier settings must not leak in."""
+def isolated_tools(tmp_path_factory: pytest.TempPathFactory, wheel_folder: Path) -> Iterator[None]:
+    """Commits need an identity, the user's git or copier settings must not leak in, and the
+    library installs from its wheel (PyPI may not have this version yet)."""
     home = tmp_path_factory.mktemp("config")
     gitconfig = home / "gitconfig"
     gitconfig.write_text(
@@ -121,10 +127,9 @@ def isolated_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     )
     copier_settings = home / "copier-settings.yml"
     copier_settings.write_text("trust: []\n", encoding="utf-8")
-    wheels = build_wheel_folder(tmp_path_factory.mktemp("wheels"))
     with pytest.MonkeyPatch.context() as patch:
         for variable, value in {
-            **find_links_environ(wheels),
+            **find_links_environ(wheel_folder),
             "GIT_AUTHOR_NAME": "Template Tests",
             "GIT_AUTHOR_EMAIL": "template-tests@example.com",
             "GIT_COMMITTER_NAME": "Template Tests",
