@@ -123,22 +123,23 @@ def install_runtime(session: nox.Session, *more: str) -> None:
 
 @nox.session(default=False)
 def runtime_conformance(session: nox.Session) -> None:
-    """The MCP conformance suite against the stand-in project, both eras (npm installs it and Node 22 once)."""
+    """The MCP conformance suite against the stand-in project, both eras (npm installs it and Node 22)."""
     install_runtime(session, "pyyaml>=6")
     session.run("python", str(RUNTIME / "conformance" / "run.py"), *session.posargs)
 
 
 @nox.session(default=False)
 def runtime_bench(session: nox.Session) -> None:
-    """Every runtime/benchmarks/bench_*.py, or one with its options: `nox -s runtime_bench -- overhead --rounds 10`."""
+    """Every runtime/benchmarks/bench_*.py, or one with its options: `-- overhead --rounds 10`."""
     install_runtime(session, PGSERVER)
     benchmarks = RUNTIME / "benchmarks"
-    scripts = sorted(benchmarks.glob("bench_*.py"))
+    # bench_project.py finds the project for the others: it measures nothing.
+    scripts = sorted(path for path in benchmarks.glob("bench_*.py") if path.name != "bench_project.py")
     if session.posargs:
-        scripts = [benchmarks / f"bench_{session.posargs[0]}.py"]
-        if not scripts[0].exists():
-            names = sorted(path.stem.removeprefix("bench_") for path in benchmarks.glob("bench_*.py"))
+        names = [path.stem.removeprefix("bench_") for path in scripts]
+        if session.posargs[0] not in names:
             session.error(f"no benchmark {session.posargs[0]!r}: pick one of {', '.join(names)}")
+        scripts = [benchmarks / f"bench_{session.posargs[0]}.py"]
     for script in scripts:
         options = ["--fastmcp-path", fastmcp_beside(session)] if script.name == "bench_overhead.py" else []
         session.run("python", str(script), *options, *session.posargs[1:])
@@ -146,7 +147,7 @@ def runtime_bench(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def runtime_soak(session: nox.Session) -> None:
-    """Side-effecting calls while the stand-in's server is killed at random; fails on duplicated or lost effects."""
+    """Side effects while the stand-in server is killed at random; fails on one lost or doubled."""
     install_runtime(session, PGSERVER)
     session.run("python", str(RUNTIME / "benchmarks" / "soak.py"), *session.posargs)
 
