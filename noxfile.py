@@ -125,3 +125,73 @@ def render_entry(session: nox.Session, entry: str, destination: Path) -> Path:
         "copier", "copy", "--quiet", "--defaults", "--vcs-ref=HEAD", *data, str(ROOT), str(destination)
     )
     return destination
+
+
+# --- The runtime library's conformance runner, benchmarks and soak (runtime/) -----------------
+# They serve the library's stand-in project, runtime/tests/sample_project (package sample_server);
+# SAMPLE_PROJECT_BACKEND=postgres in the environment makes it a PostgreSQL project.
+
+RUNTIME = ROOT / "runtime"
+SAMPLE_PROJECT = RUNTIME / "tests" / "sample_project"
+PGSERVER = "pgserver>=0.1.4; python_version < '3.13'"  # a throwaway PostgreSQL for the postgres runs
+
+
+def install_runtime(session: nox.Session, *more: str) -> None:
+    """The library from this work tree (editable, every extra) and its stand-in project."""
+    session.install("-e", f"{RUNTIME}[postgres,otel]", "-e", str(SAMPLE_PROJECT), *more)
+
+
+@nox.session(default=False)
+def runtime_conformance(session: nox.Session) -> None:
+    """The MCP conformance suite against the stand-in project, both eras (npm installs it and Node 22)."""
+    install_runtime(session, "pyyaml>=6")
+    session.run("python", str(RUNTIME / "conformance" / "run.py"), *session.posargs)
+
+
+@nox.session(default=False)
+def runtime_bench(session: nox.Session) -> None:
+    """Every runtime/benchmarks/bench_*.py, or one with its options: `-- overhead --rounds 10`."""
+    install_runtime(session, PGSERVER)
+    benchmarks = RUNTIME / "benchmarks"
+    # bench_project.py finds the project for the others: it measures nothing.
+    scripts = sorted(path for path in benchmarks.glob("bench_*.py") if path.name != "bench_project.py")
+    if session.posargs:
+        names = [path.stem.removeprefix("bench_") for path in scripts]
+        if session.posargs[0] not in names:
+            session.error(f"no benchmark {session.posargs[0]!r}: pick one of {', '.join(names)}")
+        scripts = [benchmarks / f"bench_{session.posargs[0]}.py"]
+    for script in scripts:
+        options = ["--fastmcp-path", fastmcp_beside(session)] if script.name == "bench_overhead.py" else []
+        session.run("python", str(script), *options, *session.posargs[1:])
+
+
+@nox.session(default=False)
+def runtime_soak(session: nox.Session) -> None:
+    """Side effects while the stand-in server is killed at random; fails on one lost or doubled."""
+    install_runtime(session, PGSERVER)
+    session.run("python", str(RUNTIME / "benchmarks" / "soak.py"), *session.posargs)
+
+
+# Every distribution installed in the session as `name==version`, but the work tree's own.
+PINS = """
+import importlib.metadata, re
+own = {"resilient-mcp", "sample-server"}
+for dist in importlib.metadata.distributions():
+    if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() not in own:
+        print(f"{dist.metadata['Name']}=={dist.version}")
+"""
+
+
+def fastmcp_beside(session: nox.Session) -> str:
+    """FastMCP in a directory of its own, at the versions of everything the session has.
+
+    FastMCP is bench_overhead.py's point of comparison, never a dependency. Installed into
+    the session, it would bring Rich, which structlog loads whenever it is importable: the
+    server measured would no longer be the library's as it runs anywhere else.
+    """
+    target = Path(session.create_tmp()) / "fastmcp"
+    constraints = target.with_name("fastmcp-constraints.txt")
+    pins = session.run("python", "-c", PINS, silent=True)
+    constraints.write_text(str(pins), encoding="utf-8")
+    session.install("--target", str(target), "--constraint", str(constraints), "fastmcp>=4")
+    return str(target)

@@ -17,6 +17,7 @@ from .library_wheel import build_wheel_folder, find_links_environ
 from .project_env import ProjectEnv
 from .releases import build_release_repo, released_versions
 from .rendering import render
+from .runtime_env import create_runtime_env
 
 _PAIRED = 4  # workers that start with a long test and a short one; more than the noxfile uses
 
@@ -195,3 +196,9 @@ def project_env(rendered_project: Callable[[str], Path], open_tmp: Path) -> Call
         return cache[entry]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def runtime_env(open_tmp: Path) -> ProjectEnv:
+    """The runtime library and its stand-in project in a venv of their own, once per session."""
+    return create_runtime_env(open_tmp / "venv-runtime")
