@@ -162,8 +162,8 @@ def test_the_shared_timer_ends_every_call_as_asyncio_timeout_would(plan: list[Ca
     limits: list[TimeLimits | None] = [None]
 
     async def shared_timer(timeout_s: float, body_s: float) -> str:
-        limits[0] = time_limits(limits[0])
-        return await limited(limits[0], timeout_s, asyncio.ensure_future(asyncio.sleep(body_s)))
+        current = limits[0] = time_limits(limits[0])
+        return await limited(current, timeout_s, asyncio.ensure_future(asyncio.sleep(body_s)))
 
     async def plain(timeout_s: float, body_s: float) -> str:
         try:
