@@ -1,7 +1,7 @@
-"""The private names of the SDK and uvicorn that the core uses (core/_sdk.py), each touched on a
-real object of the installed release.
+"""The private names of the SDK, uvicorn, sse-starlette and anyio that the library uses
+(resilient_mcp/sdk_fence.py), each touched on a real object of the installed release.
 
-A release that renames one fails here by that name: mend core/_sdk.py, and only it.
+A release that renames one fails here by that name: mend resilient_mcp/sdk_fence.py, and only it.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import signal
 from types import SimpleNamespace
 from typing import Any
 
+import anyio
+import anyio.from_thread
 import pytest
 import uvicorn
 from mcp.server.lowlevel import Server
@@ -23,7 +25,7 @@ from starlette.testclient import TestClient
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
-from resilient_mcp import _sdk
+from resilient_mcp import sdk_fence as _sdk
 
 
 class Reading(BaseModel):
@@ -139,6 +141,47 @@ async def test_the_session_manager_says_whether_it_runs_and_hands_over_its_lifes
         assert running
         assert state is not None  # what the server's lifespan yielded, handed to every request
     assert _sdk.session_manager_state(manager) == (False, None)
+
+
+def test_the_session_manager_lists_its_sessions_and_forgets_one_at_once() -> None:
+    server = MCPServer("names")
+    app = server.streamable_http_app(host="127.0.0.1")
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    with TestClient(app, base_url="http://127.0.0.1:8000") as client:
+        opened = client.post("/mcp", json=hello, headers=headers)
+        session_id = opened.headers["mcp-session-id"]
+        transports = _sdk.session_transports(server.session_manager)
+        assert session_id in transports
+        assert client.portal is not None
+        client.portal.call(_sdk.discard_session, server.session_manager, session_id, transports[session_id])
+        assert session_id not in _sdk.session_transports(server.session_manager)
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        gone = client.post("/mcp", json=ping, headers={**headers, "mcp-session-id": session_id})
+        assert gone.status_code == 404
+
+
+@pytest.mark.anyio
+async def test_a_thread_claimed_as_an_anyio_worker_can_call_back_into_the_loop() -> None:
+    loop = asyncio.get_running_loop()
+
+    async def on_the_loop() -> str:
+        return "from the loop"
+
+    def in_a_thread() -> str:
+        with _sdk.claim_anyio_worker_thread(loop):
+            return anyio.from_thread.run(on_the_loop)
+
+    assert await loop.run_in_executor(None, in_a_thread) == "from the loop"
 
 
 def test_sse_starlette_still_has_what_the_answer_stream_uses_and_the_sdk_still_answers_with_it() -> None:
