@@ -298,7 +298,7 @@ def stderr_into_pipe(keep: bool) -> Iterator[list[int]]:
     the in-memory line costs what it costs a served call: formatted, then written to a pipe.
     Yields the number of lines read, known once the block ends.
     """
-    from resilient_mcp.stdio.stderr_writer import protect_stderr
+    from resilient_mcp.telemetry.stderr_writer import protect_stderr
 
     read_end, write_end = os.pipe()
     real_stderr, real_stream = os.dup(2), sys.stderr

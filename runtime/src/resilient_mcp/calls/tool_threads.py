@@ -26,6 +26,7 @@ MAX_TOOL_THREADS = 40  # as anyio's default thread limiter: past this, bodies qu
 
 _POOL = ThreadPoolExecutor(max_workers=MAX_TOOL_THREADS, thread_name_prefix="tool")
 
+
 async def run_in_thread(fn: Callable[[], T]) -> T:
     """`fn()` in a worker thread, in a copy of the current context; cancelling the caller
     abandons the thread (as `to_thread.run_sync(..., abandon_on_cancel=True)` does)."""
