@@ -142,6 +142,7 @@ def rules(slug: str, prefix: str) -> list[tuple[str, Action]]:
         (r"kubectl .*", Covered("test_shipping.py", "the Secret and kustomize, without a cluster")),
         # Developing
         (r"nox -s (fmt|lock|diagnose|budget)", run_as_written),
+        (r"uv lock --upgrade-package resilient-mcp && uv sync && nox", run_as_written),
         (r"nox -s tests -- -k \w+", run_as_written),
         (r"nox -s contract", contract_first_time),
         (r"pre-commit install", run_as_written),
