@@ -45,9 +45,6 @@ NOT_FROM_AN_INDEX = re.compile(
 )
 # A rendered test that hangs gets its stack dumped after this long, so the report shows where.
 HANG_REPORT = ["-o", "faulthandler_timeout=120"]
-# The rendered `network` tests (HTTP on loopback), if any, run once, in NETWORK_ENTRY's own tests.
-NETWORK_ENTRY = "postgres-strictoff-py313"
-NOT_NETWORK = ["-m", "not network"]
 RenderedProject = Callable[[str], Path]
 
 LICENSE_FIRST_WORDS = {
@@ -232,7 +229,6 @@ def test_mypy_strict_and_project_own_tests_pass(project_env: Callable[[str], Pro
         "-p",
         "no:cacheprovider",
         *HANG_REPORT,
-        *([] if entry == NETWORK_ENTRY else NOT_NETWORK),
         timeout=SUITE_TIMEOUT_S,
     )
 
@@ -243,7 +239,6 @@ def test_project_own_nox_sessions_pass(rendered_project: RenderedProject, open_t
     """`nox` as its owner runs it: the default sessions (lint, typecheck, the owner's tests and the
     smoke suite), whatever the project names them."""
     env = quick_start_environ()
-    env["PYTEST_ADDOPTS"] = "-m 'not network'"
     envdir = open_tmp / f"nox-{entry}"
     run(project_nox(envdir), rendered_project(entry), env=env, timeout=SUITE_TIMEOUT_S)
 

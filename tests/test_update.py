@@ -178,12 +178,11 @@ def test_project_updated_from_a_release_passes_its_own_nox_sessions(
     """Its default sessions (lint, typecheck with the owner's override for their untyped helper,
     the owner's tests and the smoke suite), with the library installed from its wheel.
 
-    This is also the default answers' own suite (test_render.py runs it nowhere else); the
-    `network` tests run in test_render.py's NETWORK_ENTRY.
+    This is also the default answers' own suite (test_render.py runs it nowhere else).
     """
     updated = updated_from(release)
     env = quick_start_environ()
-    env["PYTEST_ADDOPTS"] = "-v -p no:cacheprovider -o faulthandler_timeout=120 -m 'not network'"
+    env["PYTEST_ADDOPTS"] = "-v -p no:cacheprovider -o faulthandler_timeout=120"
     envdir = open_tmp / f"nox-updated-from-{release.version}"  # outside the tree other tests copy
 
     output = run(

@@ -188,7 +188,7 @@ def test_nox_update_from_a_vendored_core_removes_it_when_the_owner_left_it_alone
     assert "no longer has these files, which you had not changed: removed.\n" in output
     assert f"\n  src/{PACKAGE}/core/ (" in output
     assert "\n  tests/core/ (" in output
-    assert "with your change in it" not in output
+    assert "removed, with your change in it: " not in output  # (the Upgrading notes quote the words)
     assert "Updated cleanly" in output
     assert_nothing_to_merge(project)
     assert not (project / UNTOUCHED_CORE).exists()
