@@ -21,11 +21,16 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from resilient_mcp.testing.local_postgres import LocalPostgres, installed_binaries, pgserver_dir, reachable_by_others
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from idempotency_support import TEST_DSN, TEST_DSN_VARIABLE
+from resilient_mcp.testing.local_postgres import (
+    LocalPostgres,
+    installed_binaries,
+    pgserver_dir,
+    reachable_by_others,
+)
 
 
 @pytest.fixture(scope="session")
