@@ -23,8 +23,8 @@ from mcp.server.mcpserver.exceptions import UnexpectedToolError
 from starlette.types import Message, Receive, Scope, Send
 
 from idempotency_support import MakeStore
-from resilient_mcp.calls import idempotent_call
 from resilient_mcp.authoring.errors import FatalError, Part, PartialResult, ResultTooLargeError
+from resilient_mcp.calls import idempotent_call
 from resilient_mcp.calls.idempotent_call import HeldKey, claim_key
 from resilient_mcp.calls.json_bounds import ObjectMemberLimit
 from resilient_mcp.calls.outcomes import partial_failure

@@ -1,7 +1,7 @@
-"""The private names of the SDK and uvicorn that the core uses (core/sdk_fence.py), each touched on a
+"""The private names of the SDK and uvicorn that the core uses (resilient_mcp/sdk_fence.py), each touched on a
 real object of the installed release.
 
-A release that renames one fails here by that name: mend core/sdk_fence.py, and only it.
+A release that renames one fails here by that name: mend sdk_fence.py, and only it.
 """
 
 from __future__ import annotations
