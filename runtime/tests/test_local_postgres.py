@@ -16,13 +16,11 @@ import pytest
 
 from sample_server.project import ENV_PREFIX
 
-LOCAL_POSTGRES = Path(__file__).with_name("local_postgres.py")  # what `nox -s db` runs
+LOCAL_POSTGRES = [sys.executable, "-m", "resilient_mcp.testing.local_postgres"]  # what `nox -s db` runs
 
 
 def local_postgres(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(LOCAL_POSTGRES), *args], capture_output=True, text=True, timeout=120, check=False
-    )
+    return subprocess.run([*LOCAL_POSTGRES, *args], capture_output=True, text=True, timeout=120, check=False)
 
 
 @pytest.fixture
