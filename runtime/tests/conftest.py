@@ -28,21 +28,10 @@ pytest_plugins = ["postgres_fixtures"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Registered here, not in pyproject.toml: the owner's `markers` there stays the only one.
     config.addinivalue_line(
         "markers", "network: serves HTTP on loopback to real clients; slower (-m 'not network' skips)"
     )
-    config.addinivalue_line("markers", "core: a test of the template's core (every test in tests/core)")
-    config.addinivalue_line(
-        "markers", "smoke: the few core tests `nox` runs beside yours; `nox -s core` runs them all"
-    )
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    core = Path(__file__).parent / "core"
-    for item in items:
-        if item.path.is_relative_to(core):
-            item.add_marker(pytest.mark.core)
+    config.addinivalue_line("markers", "smoke: a few quick tests across the library (-m smoke runs them)")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -109,7 +98,7 @@ async def make_server(sample_tools: ModuleType) -> AsyncIterator[Callable[..., R
 
 @pytest.fixture
 def server(make_server: Callable[..., ResilientServer]) -> ResilientServer:
-    """A server with the sample tools (tests/core/sample_tools) beside health_check."""
+    """A server with the sample tools (tests/sample_tools) beside health_check."""
     return make_server()
 
 
