@@ -7,7 +7,6 @@ commands run offline from PyPI's point of view: uv and pip find the library in t
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -21,12 +20,11 @@ def build_wheel_folder(folder: Path) -> Path:
     """Build the library's wheel (and sdist) from the work tree into `folder`; returns `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     uv = Path(sys.executable).with_name("uv")
-    command = [str(uv) if uv.exists() else shutil.which("uv") or "uv", "build", "--quiet", "--out-dir", str(folder)]
-    subprocess.run([*command, str(RUNTIME)], check=True, timeout=600)
+    command = [str(uv) if uv.exists() else shutil.which("uv") or "uv", "build", "--quiet"]
+    subprocess.run([*command, "--out-dir", str(folder), str(RUNTIME)], check=True, timeout=600)
     return folder
 
 
 def find_links_environ(folder: Path) -> dict[str, str]:
     """What makes uv and pip install the library from `folder` before PyPI; set for every process."""
     return {"UV_FIND_LINKS": str(folder), "PIP_FIND_LINKS": str(folder)}
-

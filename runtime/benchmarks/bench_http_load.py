@@ -84,7 +84,7 @@ LAUNCHER = """
 import sys
 
 import sample_server.tools
-from resilient_mcp.commands.cli import main
+from sample_server.cli import main
 
 sample_server.tools.__path__.append(sys.argv[1])
 raise SystemExit(main(["serve", "--transport", "http", "--port", sys.argv[2]]))

@@ -7,7 +7,8 @@ One call is what the resilience layer does for a new key: `claim` (committed dur
 `mark_started`, then `complete`. Reported: calls per second, run one after another and
 with `--concurrency` callers at once; latency p50/p99 of one call; and replays per second
 (a retry of a completed key). The store alone, without MCP around it. SQLite always;
-PostgreSQL too in a project rendered with that backend (`project.IDEMPOTENCY_BACKEND`).
+PostgreSQL too in a project with that backend (`project.IDEMPOTENCY_BACKEND`; the stand-in
+project's with SAMPLE_PROJECT_BACKEND=postgres).
 
 Under each backend, "durable commit" is its floor: one row inserted and committed durably
 on its own, in the same place, as the claim must be before the side effect starts (an
@@ -37,10 +38,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from bench_project import package
+from bench_project import core, project_module
 
-idempotency = package("core._idempotency")
-project = package("project")
+idempotency = core("store")
+project = project_module("project")
 
 TOOL = "send_invoice"
 FINGERPRINT = idempotency.fingerprint({"customer": "c-42", "amount_cents": 1999})
@@ -297,13 +298,13 @@ async def main(argv: list[str]) -> int:
         f"{'backend':<18} {'calls/s':>9} {f'calls/s x{args.concurrency}':>14}"
         f" {'p50 ms':>8} {'p99 ms':>8} {'replays/s':>11}\n"
     )
-    sqlite = package("core._idempotency.sqlite")
+    sqlite = core("store.sqlite")
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         store = sqlite.SQLiteStore(Path(directory) / idempotency.DB_FILENAME)
         sys.stdout.write(await measure("sqlite", store, args.calls, args.concurrency) + "\n")
         sys.stdout.write(floor_row(sqlite_floor(Path(directory) / "floor.db", args.calls)) + "\n")
     if project.IDEMPOTENCY_BACKEND == "postgres":
-        postgres = package("core._idempotency.postgres")
+        postgres = core("store.postgres")
         with postgres_target(args.dsn) as dsn:
             if dsn is None:
                 how = f"pass --dsn, set {prefix}DATABASE_URL, or install pgserver or PostgreSQL"

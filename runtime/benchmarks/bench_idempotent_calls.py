@@ -6,14 +6,15 @@
 The same trivial tool is served twice: plainly, and with `side_effect=True` (claim, run,
 complete per idempotency key). Both go through validation, the resilience wrapper and
 logging, in memory over the SDK's `Client` (2026-07-28). Rows per backend (SQLite;
-PostgreSQL too in a project rendered with it, on `--dsn`, `<PREFIX>DATABASE_URL` or a
-throwaway pgserver): new keys and replays (retries of completed keys) with 1, 4, 8 and
-16 calls in flight on one session, as calls per second and p50/p99 latency; then a plain
-call's p99 alone, while 16 new keys run beside it, and while 16 plain calls do (what a busy
-event loop alone does to it, without a claim).
+PostgreSQL too in a project with that backend, the stand-in's with SAMPLE_PROJECT_BACKEND=postgres,
+on `--dsn`, `<PREFIX>DATABASE_URL` or a throwaway pgserver): new keys and replays (retries of
+completed keys) with 1, 4, 8 and 16 calls in flight on one session, as calls per second and
+p50/p99 latency; then a plain call's p99 alone, while 16 new keys run beside it, and while 16
+plain calls do (what a busy event loop alone does to it, without a claim).
 
-`--against DIR` runs this script as a worker subprocess in each project (this one's
-interpreter and DIR/.venv/bin/python, with BENCH_PROJECT_ROOT naming the project), one per
+`--against DIR` runs this script as a worker subprocess in each project (this one's, the
+stand-in served by this work tree's library, with this interpreter; DIR's with DIR/.venv/bin/python,
+a project on resilient-mcp or one rendered before it; BENCH_PROJECT_ROOT names each), one per
 backend and side, on one PostgreSQL. Each round asks both for every row in turn, alternating
 which goes first (A B B A ...), so that a busy machine slows both alike; printed are each
 row's medians and its rate ratio this/other as the median with the range over rounds,
@@ -40,14 +41,14 @@ from typing import IO, Any
 
 import anyio
 from bench_idempotency_store import postgres_target, start_local_postgres
-from bench_project import ROOT, package, package_name
+from bench_project import ROOT, SAMPLE_PROJECT, core, package_name, project_module
 from mcp import Client
 
-project = package("project")
-app = package("core._app")
-startup = package("core._startup")
-owner_settings = package("settings")
-idempotency = package("core._idempotency")
+project = project_module("project")
+app = core("server.app")
+startup = core("server.startup")
+owner_settings = project_module("settings")
+idempotency = core("store")
 
 WARM_UP = 50
 PLAIN_ROW_S = 2.0
@@ -105,14 +106,14 @@ def database(backend: str, dsn: str | None) -> Iterator[str | None]:
 
 @contextlib.contextmanager
 def backend_store(backend: str) -> Iterator[None]:
-    """Serve with this backend's store, whichever the project was rendered with."""
+    """Serve with this backend's store, whichever the project stores its keys in."""
     if backend == project.IDEMPOTENCY_BACKEND:
         yield
         return
-    sqlite = package("core._idempotency.sqlite")
+    sqlite = core("store.sqlite")
 
-    def sqlite_store(settings: object) -> object:
-        return sqlite.SQLiteStore(settings.data_dir / idempotency.DB_FILENAME)  # type: ignore[attr-defined]
+    def sqlite_store(settings: Any) -> object:
+        return sqlite.SQLiteStore(settings.data_dir / idempotency.DB_FILENAME)
 
     original, app.create_store = app.create_store, sqlite_store
     try:
@@ -252,7 +253,7 @@ async def requested() -> tuple[str, int] | None:
 def measure(backend: str, calls: int, in_flight: list[int], dsn: str | None, worker: bool) -> dict[str, Any]:
     """A worker's rows (asked on stdin, answered on stdout), or one pass over every row here; or why not."""
     if backend == "postgres" and project.IDEMPOTENCY_BACKEND != "postgres":
-        return {"skipped": "the project was rendered with the sqlite backend"}
+        return {"skipped": "the project stores its keys in SQLite"}
     with bench_tools() as tools, database(backend, dsn) as where, backend_store(backend):
         if where is None:
             return {"skipped": f"pass --dsn, set {project.ENV_PREFIX}DATABASE_URL or install pgserver"}
@@ -260,7 +261,7 @@ def measure(backend: str, calls: int, in_flight: list[int], dsn: str | None, wor
             answer({"where": where})
             anyio.run(serve, calls, in_flight, tools, requested, answer)
             return {}
-        names, rows = iter(row_names(in_flight)), []
+        names, rows = iter(row_names(in_flight)), list[Row]()
 
         async def each_row_once() -> tuple[str, int] | None:
             name = next(names, None)
@@ -385,7 +386,10 @@ def print_against(backend: str, rounds: dict[str, list[dict[str, Row]]]) -> None
 
 
 def rendered_from(root: Path) -> str:
-    """The template commit a checkout was rendered from, as its Copier answers file records it."""
+    """The template commit a checkout was rendered from, as its Copier answers file records it;
+    the library's stand-in is this work tree's."""
+    if root == SAMPLE_PROJECT.resolve():
+        return "the stand-in project, on this work tree's resilient-mcp"
     with contextlib.suppress(OSError):
         for line in (root / ".copier-answers.yml").read_text().splitlines():
             if line.startswith("_commit:"):

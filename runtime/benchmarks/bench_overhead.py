@@ -294,11 +294,11 @@ print(lines, flush=True)
 def stderr_into_pipe(keep: bool) -> Iterator[list[int]]:
     """fd 2 becomes a pipe that another process reads (and drops, unless `keep`), as an MCP host does.
 
-    sys.stderr is then what serving makes it (`protect_stderr`, where the core has it), so
+    sys.stderr is then what serving makes it (`protect_stderr`), so
     the in-memory line costs what it costs a served call: formatted, then written to a pipe.
     Yields the number of lines read, known once the block ends.
     """
-    from resilient_mcp import _stderr_writer
+    from resilient_mcp.telemetry.stderr_writer import protect_stderr
 
     read_end, write_end = os.pipe()
     real_stderr, real_stream = os.dup(2), sys.stderr
@@ -313,9 +313,7 @@ def stderr_into_pipe(keep: bool) -> Iterator[list[int]]:
     real_stream.flush()
     os.dup2(write_end, 2)
     os.close(write_end)
-    protect = getattr(_stderr_writer, "protect_stderr", None)
-    if protect is not None:
-        protect()
+    protect_stderr()
     try:
         yield lines
     finally:

@@ -35,8 +35,8 @@ from typing import Any
 import pydantic_core
 from mcp.types import jsonrpc_message_adapter
 
-from resilient_mcp.calls.json_bounds import MAX_OBJECT_MEMBERS, object_members
 from resilient_mcp.commands.diagnose import MODERN, with_envelope
+from resilient_mcp.http.json_bounds import MAX_OBJECT_MEMBERS, object_members
 from resilient_mcp.http.probes import LIVEZ_PATH
 from sample_server.project import ENV_PREFIX, PACKAGE
 

@@ -53,7 +53,9 @@ for each, without the hostname, pid or numbers it may name); and the acknowledge
 no longer holds as completed, whose retry would not be replayed (an absent one would run
 again: a duplicate in waiting).
 
-SQLite always; in a PostgreSQL project PostgreSQL too (by default), on `--dsn`, else
+The server is the library's stand-in project (tests/sample_project), each run's on the backend
+it soaks (SAMPLE_PROJECT_BACKEND). `--backend`: SQLite by default, both with
+SAMPLE_PROJECT_BACKEND=postgres set; PostgreSQL on `--dsn`, else
 `<PREFIX>DATABASE_URL`, else a throwaway PostgreSQL (pgserver, or an installed PostgreSQL's
 initdb and pg_ctl; `--dsn ''` asks for one), in a fresh schema dropped afterwards.
 
@@ -164,31 +166,18 @@ def {HOLD_TOOL}(call: int, idempotency_key: str) -> str:
     return "appended call " + str(call)
 '''
 
-# The project's command with the soak's tools module in tools/. In a PostgreSQL project
-# the sqlite run swaps in the SQLite store, the one place this touches the core's insides.
-LAUNCHER = f'''
-import importlib
+# The project's command with the soak's tools module in tools/.
+LAUNCHER = f"""
 import sys
 
 import {PACKAGE}.tools
-
-{PACKAGE}.tools.__path__.append(sys.argv[1])
-if sys.argv[2] == "sqlite-store":
-    from {PACKAGE}.core import _idempotency as idempotency
-    from {PACKAGE}.core._idempotency.sqlite import SQLiteStore
-
-    def sqlite_store(settings):
-        return SQLiteStore(settings.data_dir / idempotency.DB_FILENAME, ttl_s=settings.idempotency_ttl_s)
-
-    for name in ("_idempotency", "_app", "_keys"):
-        module = importlib.import_module(f"{PACKAGE}.core." + name)
-        if hasattr(module, "create_store"):
-            module.create_store = sqlite_store
-
 from {PACKAGE}.cli import main
 
-raise SystemExit(main(sys.argv[3:]))
-'''
+{PACKAGE}.tools.__path__.append(sys.argv[1])
+raise SystemExit(main(sys.argv[2:]))
+"""
+# The stand-in project stores its keys where this says: each run's server gets its backend.
+BACKEND_VARIABLE = "SAMPLE_PROJECT_BACKEND"
 
 
 class SoakAborted(Exception):
@@ -664,18 +653,14 @@ def soak(args: argparse.Namespace, backend: Backend, case: Case, database: Datab
         (folder / "tools" / "soak_effects.py").write_text(TOOLS_MODULE, encoding="utf-8")
         (folder / "launch.py").write_text(LAUNCHER, encoding="utf-8")
         ledger = folder / "ledger.txt"
-        swap_store = backend == "sqlite" and IDEMPOTENCY_BACKEND == "postgres"
-        launcher = [
-            sys.executable,
-            str(folder / "launch.py"),
-            str(folder / "tools"),
-            "sqlite-store" if swap_store else "project-store",
-        ]
-        settings = {f"{ENV_PREFIX}DATA_DIR": str(folder / "data"), LEDGER_VARIABLE: str(ledger)}
+        launcher = [sys.executable, str(folder / "launch.py"), str(folder / "tools")]
+        settings = {
+            f"{ENV_PREFIX}DATA_DIR": str(folder / "data"),
+            LEDGER_VARIABLE: str(ledger),
+            BACKEND_VARIABLE: backend,
+        }
         if database.dsn is not None:
             settings[f"{ENV_PREFIX}DATABASE_URL"] = database.dsn
-        elif swap_store:
-            settings[f"{ENV_PREFIX}DATABASE_URL"] = "postgresql://unused.invalid/soak"  # start-up wants one
         if queued:
             settings.update(queued_settings(case, burst))
         env = unbuffered_free_env(settings)
@@ -1098,11 +1083,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if IDEMPOTENCY_BACKEND == "sqlite" and args.backend != "sqlite":
-        parser.error("this project stores idempotency keys in SQLite only: use --backend sqlite")
     if args.kill_db != "none":
-        if IDEMPOTENCY_BACKEND == "sqlite":
-            parser.error("--kill-db kills PostgreSQL, and this project stores idempotency keys in SQLite")
         if args.backend == "sqlite":
             parser.error("--kill-db kills PostgreSQL: use --backend postgres (or both)")
         if args.dsn:

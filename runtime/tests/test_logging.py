@@ -15,11 +15,11 @@ import pytest
 import structlog
 from mcp import Client
 
-from resilient_mcp.calls.running import Call, enter_call, leave_call
 from resilient_mcp.server.resilient_server import ResilientServer
-from resilient_mcp.stdio.stderr_writer import STALL_S, NonBlockingStderr
+from resilient_mcp.telemetry.call_context import Call, enter_call, leave_call
 from resilient_mcp.telemetry.logs import REDACTED, call_line, configure_logging, correlate_traces
 from resilient_mcp.telemetry.redaction import is_secret_name, redact_text
+from resilient_mcp.telemetry.stderr_writer import STALL_S, NonBlockingStderr
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:

@@ -23,28 +23,29 @@ from mcp.server.mcpserver.exceptions import UnexpectedToolError
 from starlette.types import Message, Receive, Scope, Send
 
 from idempotency_support import MakeStore
+from resilient_mcp.authoring.checks import Check
 from resilient_mcp.authoring.errors import FatalError, Part, PartialResult, ResultTooLargeError
+from resilient_mcp.authoring.outcomes import Attempts, partial_failure
+from resilient_mcp.authoring.settings import CoreSettings
 from resilient_mcp.calls import idempotent_call
+from resilient_mcp.calls.fatal_exit import FatalExit
 from resilient_mcp.calls.idempotent_call import HeldKey, claim_key
-from resilient_mcp.calls.json_bounds import ObjectMemberLimit
-from resilient_mcp.calls.outcomes import partial_failure
 from resilient_mcp.calls.request_state import check_shared_request_state
-from resilient_mcp.calls.resilience import Attempts, classify
+from resilient_mcp.calls.resilience import classify
+from resilient_mcp.calls.shutdown import Shutdown
 from resilient_mcp.calls.time_limit import time_limits
 from resilient_mcp.http.bearer import read_tokens_file
 from resilient_mcp.http.exposure import check_exposure, is_loopback
+from resilient_mcp.http.json_bounds import ObjectMemberLimit
 from resilient_mcp.http.slow_clients import BodyReadTimeout, ProbesOnly
-from resilient_mcp.server.fatal_exit import FatalExit
-from resilient_mcp.server.health_tool import Check, run_checks
-from resilient_mcp.server.settings import CoreSettings
-from resilient_mcp.server.shutdown import Shutdown
-from resilient_mcp.stdio.stderr_writer import NonBlockingStderr
+from resilient_mcp.server.health_tool import run_checks
 from resilient_mcp.store import LOCAL_CALLER, Claim, IdempotencyStore, fingerprint
 from resilient_mcp.store.instances import Instance, OwnerRow, owner_gone_reason
 from resilient_mcp.store.rules import ExistingKey, judge
 from resilient_mcp.store.sqlite import SQLiteStore
 from resilient_mcp.store.store import BODY_NOT_STARTED, BODY_RUNNING, STALE_AFTER_BEATS
 from resilient_mcp.telemetry.redaction import redact_text
+from resilient_mcp.telemetry.stderr_writer import NonBlockingStderr
 
 pytest_plugins = ["conftest_idempotency"]
 

@@ -34,7 +34,7 @@ from mcp.types import (
 
 from http_support import client_with_token, json_rpc_answer, modern_call, modern_request
 from primitive_tools.library import LEAKED
-from resilient_mcp.calls.outcomes import RATE_LIMITED_CODE
+from resilient_mcp.authoring.outcomes import RATE_LIMITED_CODE
 from sample_server.project import STRICT_ARGUMENTS
 from support import ANSWER_TIMEOUT_S, HERE, error_of, http_server, server_argv, server_env
 

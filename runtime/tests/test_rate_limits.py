@@ -16,8 +16,8 @@ import pytest
 
 from http_support import client_with_token, json_rpc_answer, modern_call
 from resilient_mcp import tool
+from resilient_mcp.authoring.outcomes import RATE_LIMITED_CODE
 from resilient_mcp.authoring.tool import ToolSpec
-from resilient_mcp.calls.outcomes import RATE_LIMITED_CODE
 from resilient_mcp.calls.rate_limits import MAX_BUCKETS, CallLimits, TokenBuckets
 from resilient_mcp.commands.diagnose import LEGACY, MODERN, Era, open_session, with_envelope
 from sample_server.project import PACKAGE

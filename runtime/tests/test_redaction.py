@@ -18,7 +18,7 @@ from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp.types import ElicitRequestURLParams
 from pydantic import BaseModel, ValidationError
 
-from resilient_mcp.calls.outcomes import shown, shown_protocol_error
+from resilient_mcp.authoring.outcomes import shown, shown_protocol_error
 from resilient_mcp.calls.validation import describe_validation_error
 from resilient_mcp.telemetry.logs import REDACTED, configure_logging
 from resilient_mcp.telemetry.redaction import MAX_SCANNED_CHARS, redact_text, strip_paths

@@ -22,8 +22,8 @@ from mcp import Client
 from mcp.types import TextContent
 
 from http_support import get, json_rpc_answer, post
-from resilient_mcp.calls.json_bounds import MAX_OBJECT_MEMBERS, object_members
 from resilient_mcp.commands.diagnose import LEGACY, open_session, with_envelope
+from resilient_mcp.http.json_bounds import MAX_OBJECT_MEMBERS, object_members
 from resilient_mcp.http.probes import LIVEZ_PATH
 from sample_server.project import PACKAGE, STRICT_ARGUMENTS
 from support import ANSWER_TIMEOUT_S, SAMPLE_TOOLS, StdioSession, http_server, server_argv, server_env

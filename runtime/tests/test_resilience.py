@@ -17,7 +17,8 @@ from resilient_mcp.authoring.errors import (
     ToolInputError,
     TransientError,
 )
-from resilient_mcp.calls.resilience import Attempts, Failure, backoff_s, classify, run_with_retries
+from resilient_mcp.authoring.outcomes import Attempts, Failure
+from resilient_mcp.calls.resilience import backoff_s, classify, run_with_retries
 
 OK = CallToolResult(content=[TextContent(type="text", text="done")])
 

@@ -19,8 +19,8 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 
+from resilient_mcp.calls.shutdown import EXIT_BOUND_S
 from resilient_mcp.commands.diagnose import LEGACY, MODERN, Era, open_session, with_envelope
-from resilient_mcp.server.shutdown import EXIT_BOUND_S
 from support import ANSWER_TIMEOUT_S, HTTP_TOOLS, StdioSession, error_of, http_server, server_argv, server_env
 
 GRACE_S = 2

@@ -74,7 +74,7 @@ async def answered(stdin: str) -> tuple[list[str], list[str], bool]:
 @pytest.mark.anyio
 async def test_lines_in_order_valid_ones_passed_on_the_others_answered() -> None:
     passed, wire, ended = await answered(f"{PING}\nnonsense\n\n{PING}\n")
-    assert passed == [f"{PING}\n", "\n", f"{PING}\n"]  # a blank line is the SDK's to skip
+    assert passed == [f"{PING}\n", f"{PING}\n"]  # a blank line is neither passed on nor answered
     assert [error_of(line) for line in wire] == [(None, -32700)]
     assert ended
 

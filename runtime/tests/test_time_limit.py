@@ -1,10 +1,15 @@
-"""Call time limits on one shared timer: each call is stopped at its own deadline, and only then."""
+"""Call time limits on one shared timer: each call is stopped at its own deadline, and only then,
+as `asyncio.timeout` (its plain twin) stops it."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
+import looptime
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from resilient_mcp.calls.time_limit import TimeLimits, time_limits
 
@@ -96,3 +101,76 @@ async def test_the_limits_of_a_loop_are_kept_and_a_new_loop_gets_its_own() -> No
         assert time_limits(other) is not other
     finally:
         other.loop.close()
+
+
+# --- the plain twin: asyncio.timeout, on the same calls, in virtual time ---------------------------
+
+# One call: when it starts, its limit, how long its body takes, and when (if ever) something else
+# cancels it; all in seconds of the loop's virtual time (looptime), so no load can reorder them.
+CallPlan = tuple[float, float, float, float | None]
+# Times on a grid far coarser than the limits' tolerance (_EARLY_S), so no two events tie.
+moments = st.integers(min_value=1, max_value=400).map(lambda tick: tick * 0.25)
+call_plans = st.tuples(moments, moments, moments, st.none() | moments)
+LimitedCall = Callable[[float, float], Awaitable[str]]  # (timeout_s, body_s) -> how the call ended
+
+
+async def run_plan(plan: list[CallPlan], limited_call: LimitedCall) -> list[str]:
+    """Every call of the plan, as `limited_call(timeout_s, body_s)` runs it: how each ended, and when."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    async def one(start: float, timeout_s: float, body_s: float) -> str:
+        await asyncio.sleep(start)
+        try:
+            how = await limited_call(timeout_s, body_s)
+        except asyncio.CancelledError:
+            how = "cancelled"
+        return f"{how} at {loop.time() - started:.2f}"
+
+    tasks = [asyncio.create_task(one(start, timeout_s, body_s)) for start, timeout_s, body_s, _ in plan]
+    for task, (start, _, _, cancel_after) in zip(tasks, plan, strict=True):
+        if cancel_after is not None:
+            loop.call_at(started + start + cancel_after, task.cancel)
+    return list(await asyncio.gather(*tasks))
+
+
+def in_virtual_time(
+    plan: list[CallPlan], limited_call: Callable[[float, float], Awaitable[str]]
+) -> list[str]:
+    loop = looptime.new_event_loop(start=0)
+    try:
+        return loop.run_until_complete(run_plan(plan, limited_call))
+    finally:
+        loop.close()
+
+
+def distinct_moments(plan: list[CallPlan]) -> bool:
+    """No two of the plan's events (ends, deadlines, cancellations) fall at the same moment."""
+    events = []
+    for start, timeout_s, body_s, cancel_after in plan:
+        events += [
+            start + timeout_s,
+            start + body_s,
+            *([start + cancel_after] if cancel_after is not None else []),
+        ]
+    return len(set(events)) == len(events)
+
+
+@settings(max_examples=150, deadline=None)
+@given(plan=st.lists(call_plans, min_size=1, max_size=12).filter(distinct_moments))
+def test_the_shared_timer_ends_every_call_as_asyncio_timeout_would(plan: list[CallPlan]) -> None:
+    limits: list[TimeLimits | None] = [None]
+
+    async def shared_timer(timeout_s: float, body_s: float) -> str:
+        current = limits[0] = time_limits(limits[0])
+        return await limited(current, timeout_s, asyncio.ensure_future(asyncio.sleep(body_s)))
+
+    async def plain(timeout_s: float, body_s: float) -> str:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.sleep(body_s)
+        except TimeoutError:
+            return "past its limit"
+        return "finished"
+
+    assert in_virtual_time(plan, shared_timer) == in_virtual_time(plan, plain)

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
 
+    from resilient_mcp.authoring.checks import Check
+    from resilient_mcp.authoring.current_settings import current_settings
     from resilient_mcp.authoring.errors import (
         FatalError,
         Part,
@@ -31,18 +33,16 @@ if TYPE_CHECKING:
     )
     from resilient_mcp.authoring.primitives import completion, prompt, resource
     from resilient_mcp.authoring.resources import dependency, lifespan, shared
+    from resilient_mcp.authoring.settings import CoreSettings
     from resilient_mcp.authoring.tool import Reconciled, tool
     from resilient_mcp.calls.running import cancelled
     from resilient_mcp.project import Project
-    from resilient_mcp.server.current_settings import current_settings
-    from resilient_mcp.server.health_tool import Check
     from resilient_mcp.server.resilient_server import ResilientServer
-    from resilient_mcp.server.settings import CoreSettings
 
 _WHERE = {
-    "Check": "resilient_mcp.server.health_tool",
+    "Check": "resilient_mcp.authoring.checks",
     "Context": "mcp.server.mcpserver",
-    "CoreSettings": "resilient_mcp.server.settings",
+    "CoreSettings": "resilient_mcp.authoring.settings",
     "FatalError": "resilient_mcp.authoring.errors",
     "Part": "resilient_mcp.authoring.errors",
     "PartialResult": "resilient_mcp.authoring.errors",
@@ -55,7 +55,7 @@ _WHERE = {
     "TransientError": "resilient_mcp.authoring.errors",
     "cancelled": "resilient_mcp.calls.running",
     "completion": "resilient_mcp.authoring.primitives",
-    "current_settings": "resilient_mcp.server.current_settings",
+    "current_settings": "resilient_mcp.authoring.current_settings",
     "dependency": "resilient_mcp.authoring.resources",
     "lifespan": "resilient_mcp.authoring.resources",
     "prompt": "resilient_mcp.authoring.primitives",

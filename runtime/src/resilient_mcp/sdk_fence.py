@@ -1,13 +1,17 @@
-"""Every private name of the SDK and of uvicorn that the core relies on, each behind one name here.
+"""Every private name of the SDK, uvicorn, sse-starlette and anyio that the library relies on, each
+behind one name here.
 
 None of them is public API, so a release may rename one without notice (`mcp>=2.3,<3`). Kept in
-this one module, each is touched by tests/core/test_sdk_names.py, which then fails by the name
+this one module, each is touched by tests/test_sdk_names.py, which then fails by the name
 that moved instead of in some behaviour far away. Use public API wherever the SDK has one; add a
 name here (and to that test) only where it has none.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import mcp.server.streamable_http as session_transport
@@ -32,12 +36,14 @@ __all__ = [
     "H11_PROTOCOL_ATTRIBUTES",
     "MODERN_ENTRY_NAMES",
     "answer_posts_with",
+    "claim_anyio_worker_thread",
     "collapse_excgroups",
     "connection_of",
     "context_input_params",
     "context_subscriptions",
     "convert_to_content",
     "create_context_streams",
+    "discard_session",
     "drop_sdk_spans",
     "forget_captured_signals",
     "lowlevel_server_of",
@@ -45,6 +51,7 @@ __all__ = [
     "output_adapter",
     "request_context_of",
     "session_manager_state",
+    "session_transports",
     "set_token_verifier",
     "subscriptions_of",
 ]
@@ -159,3 +166,32 @@ def answer_posts_with(response_class: type[EventSourceResponse]) -> None:
 def forget_captured_signals(server: uvicorn.Server) -> None:
     """Keep uvicorn from re-raising the signals it caught once it has shut down."""
     server._captured_signals.clear()
+
+
+def session_transports(manager: StreamableHTTPSessionManager) -> dict[str, Any]:
+    """The session manager's open sessions: session ID to transport (it keeps the table private)."""
+    transports: dict[str, Any] = manager._server_instances
+    return transports
+
+
+async def discard_session(manager: StreamableHTTPSessionManager, session_id: str, transport: Any) -> None:
+    """Forget a session at once, then terminate it, so its ID answers 404."""
+    await manager._discard_session(session_id, transport)
+
+
+try:  # what anyio's own worker threads run under; private, so its absence is survived
+    from anyio._backends._asyncio import AsyncIOBackend
+    from anyio._core._eventloop import claim_worker_thread
+except ImportError:  # pragma: no cover - a future anyio: from_thread then needs a token
+    claim_worker_thread = None  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def claim_anyio_worker_thread(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """Make this thread an AnyIO worker thread of `loop`, as `to_thread`'s are, so that
+    `anyio.from_thread.run` works in it; nothing when a future anyio lacks the private hook."""
+    if claim_worker_thread is None:
+        yield None
+        return
+    with claim_worker_thread(AsyncIOBackend, loop):
+        yield None

@@ -17,6 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# How a FatalError ends the process (sysexits.h): before serving, the configuration is at fault
+# (EX_CONFIG); while serving, the software (EX_SOFTWARE).
+EXIT_FATAL_AT_STARTUP = 78
+EXIT_FATAL_WHILE_SERVING = 70
+
 
 class ServerError(Exception):
     """Base of every error this package raises on purpose."""

@@ -136,3 +136,12 @@ def primitive_of(obj: object) -> ResourceSpec | PromptSpec | CompletionSpec | No
     """The spec `@resource`, `@prompt` or `@completion` attached to obj, if any."""
     spec = getattr(obj, SPEC_ATTRIBUTE, None)
     return spec if isinstance(spec, ResourceSpec | PromptSpec | CompletionSpec) else None
+
+
+@dataclass(frozen=True)
+class Primitives:
+    """The resources, prompts and completers of the tools/ modules, in discovery order."""
+
+    resources: tuple[ResourceSpec, ...] = ()
+    prompts: tuple[PromptSpec, ...] = ()
+    completions: tuple[CompletionSpec, ...] = ()

@@ -16,8 +16,8 @@ from typing import Any, TypeVar, cast
 
 import anyio
 
+from resilient_mcp.authoring.checks import Check, HealthCheck
 from resilient_mcp.authoring.errors import FatalError
-from resilient_mcp.server.health_tool import Check, HealthCheck
 from resilient_mcp.telemetry.logs import get_logger
 from resilient_mcp.telemetry.redaction import redact_text, strip_paths
 from resilient_mcp.telemetry.text import clip

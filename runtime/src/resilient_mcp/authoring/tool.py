@@ -15,9 +15,8 @@ from typing import Any, Literal, TypeVar, overload
 
 from mcp.types import ToolAnnotations
 
-from resilient_mcp.calls.result_size import MIN_RESULT_BYTES
-
 F = TypeVar("F", bound=Callable[..., Any])
+MIN_RESULT_BYTES = 1000  # room for the note and a little text; below this every answer is a note
 SPEC_ATTRIBUTE = "__mcp_tool_spec__"
 
 Reconciled = Literal["done", "not_done", "unknown"]

@@ -25,9 +25,9 @@ import anyio
 from mcp.types import CallToolResult, InputRequiredResult
 
 from resilient_mcp.authoring.errors import StoreUnavailableError, TableLostError
+from resilient_mcp.authoring.outcomes import Attempts, Category, Failure
 from resilient_mcp.authoring.tool import Reconcile, Reconciled
-from resilient_mcp.calls.outcomes import Category
-from resilient_mcp.calls.resilience import Attempts, Failure, classify
+from resilient_mcp.calls.resilience import classify
 from resilient_mcp.calls.running import Body
 from resilient_mcp.project import this_project
 from resilient_mcp.store import Claim, IdempotencyStore, Outcome

@@ -21,12 +21,11 @@ from typing import Protocol, TypeVar, get_args
 
 from mcp.shared.exceptions import MCPError
 
+from resilient_mcp.authoring.outcomes import Category, Failure
 from resilient_mcp.calls.callers import caller
-from resilient_mcp.calls.outcomes import Category
 from resilient_mcp.calls.rate_limits import CallLimits
-from resilient_mcp.calls.resilience import Failure
+from resilient_mcp.calls.stats import CallStats
 from resilient_mcp.calls.time_limit import TimeLimits, time_limits
-from resilient_mcp.server.health_tool import CallStats
 
 T = TypeVar("T")
 _CATEGORIES = frozenset(get_args(Category))

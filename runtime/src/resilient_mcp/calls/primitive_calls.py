@@ -39,18 +39,23 @@ from mcp.types import (
 from pydantic import ValidationError
 
 from resilient_mcp.authoring.errors import FatalError, ToolInputError
-from resilient_mcp.authoring.primitives import MAX_COMPLETION_VALUES, CompletionSpec
+from resilient_mcp.authoring.outcomes import (
+    RATE_LIMITED_CODE,
+    Failure,
+    error_meta,
+    shown,
+    shown_protocol_error,
+)
+from resilient_mcp.authoring.primitives import MAX_COMPLETION_VALUES, CompletionSpec, Primitives
 from resilient_mcp.calls.callers import caller
-from resilient_mcp.calls.outcomes import RATE_LIMITED_CODE, error_meta, shown, shown_protocol_error
 from resilient_mcp.calls.primitive_bounds import LimitRefusal, PrimitiveBounds
-from resilient_mcp.calls.resilience import Failure, classify
-from resilient_mcp.calls.running import new_correlation_id
+from resilient_mcp.calls.resilience import classify
 from resilient_mcp.calls.validation import (
     describe_validation_error,
     unknown_arguments_message,
     unknown_name_message,
 )
-from resilient_mcp.server.discovery import Primitives
+from resilient_mcp.telemetry.call_context import new_correlation_id
 from resilient_mcp.telemetry.logs import get_logger
 from resilient_mcp.telemetry.redaction import redact_text
 from resilient_mcp.telemetry.text import clip

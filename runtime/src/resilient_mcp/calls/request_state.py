@@ -5,8 +5,8 @@ from __future__ import annotations
 from mcp.server.mcpserver import RequestStateSecurity
 
 from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.authoring.settings import MAKE_A_REQUEST_STATE_KEY, CoreSettings
 from resilient_mcp.project import this_project
-from resilient_mcp.server.settings import MAKE_A_REQUEST_STATE_KEY, CoreSettings
 
 
 def request_state_security(settings: CoreSettings) -> RequestStateSecurity | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -22,7 +21,7 @@ from resilient_mcp.authoring.errors import (
     ToolInputError,
     TransientError,
 )
-from resilient_mcp.calls.outcomes import Category, failure, partial_failure
+from resilient_mcp.authoring.outcomes import Attempts, Failure
 from resilient_mcp.calls.validation import describe_validation_error
 from resilient_mcp.project import this_project
 from resilient_mcp.telemetry.redaction import strip_paths
@@ -31,40 +30,6 @@ from resilient_mcp.telemetry.text import clip
 _BACKOFF_BASE_S = 0.1
 _BACKOFF_CAP_S = 2.0
 _MAX_MESSAGE_CHARS = 500
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A classified failure: what the client is told, and the exception behind it."""
-
-    category: Category
-    message: str
-    error: BaseException
-    retry_after_s: float | None = None
-    retryable: bool | None = None  # None: as the category says
-
-    @classmethod
-    def refusal(
-        cls,
-        category: Category,
-        message: str,
-        *,
-        retryable: bool | None = None,
-        retry_after_s: float | None = None,
-    ) -> Failure:
-        """A failure found by the server itself, before or around the tool."""
-        return cls(category, message, ToolInputError(message), retry_after_s, retryable)
-
-    def result(self, correlation_id: str) -> CallToolResult:
-        if isinstance(self.error, PartialResult):
-            return partial_failure(self.error.parts, correlation_id)
-        return failure(
-            self.category,
-            self.message,
-            correlation_id,
-            retryable=self.retryable,
-            retry_after_s=self.retry_after_s,
-        )
 
 
 def classify(
@@ -135,16 +100,6 @@ def backoff_s(attempt: int, retry_after_s: float | None) -> float:
     step = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** (attempt - 1))
     delay: float = step * random.uniform(0.5, 1.0)
     return max(delay, retry_after_s or 0.0)
-
-
-@dataclass
-class Attempts:
-    """The outcome of running a call with bounded retries."""
-
-    result: CallToolResult | InputRequiredResult | None = None  # InputRequiredResult: asks the client first
-    failure: Failure | None = None
-    count: int = 0
-    replayed: bool = False  # the result is a stored one: the tool did not run
 
 
 async def run_with_retries(

@@ -14,7 +14,6 @@ from mcp.types import CallToolResult, TextContent
 
 from resilient_mcp.authoring.errors import ResultTooLargeError
 
-MIN_RESULT_BYTES = 1000  # room for the note and a little text; below this every answer is a note
 _MEASURED = {"content", "structured_content"}
 _WRAPPED = "result"  # the SDK wraps a primitive return (`-> str`) as {"result": value}
 

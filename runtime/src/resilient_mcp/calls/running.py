@@ -8,37 +8,22 @@ threads are counted (health_check shows them) and bounded.
 
 Everything a call carries through its tasks and threads (its correlation id and tool
 name for log lines, the body of the attempt running now) lives in one `Call` object in
-one context variable: one lookup and one set per call, however many layers read it.
+one context variable (telemetry.call_context): one lookup and one set per call, however
+many layers read it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import threading
 from collections.abc import Callable, Coroutine
-from contextvars import ContextVar, Token
+from contextvars import Token
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
+
+from resilient_mcp.telemetry.call_context import Call, current_call, enter_call, leave_call
 
 MAX_ABANDONED_THREADS = 16  # past this, new sync calls are refused until some finish
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """The tool call being served: what its log lines and its tool body need."""
-
-    correlation_id: str
-    tool: str
-    body: Body | None = None
-
-
-_CALL: ContextVar[Call | None] = ContextVar("tool_call", default=None)
-
-
-def new_correlation_id() -> str:
-    """16 hex digits that find a call, read or get in the log; no system call per call."""
-    return f"{random.getrandbits(64):016x}"
 
 
 def cancelled() -> bool:
@@ -49,7 +34,7 @@ def cancelled() -> bool:
     longer delivered, and a side-effecting call stays `in_doubt`. Async tools are
     cancelled outright; for them this is always False.
     """
-    call = _CALL.get()
+    call = current_call()
     return call is not None and call.body is not None and call.body.stopped
 
 
@@ -146,22 +131,10 @@ def is_own_cancellation(exc: BaseException) -> bool:
     return task is not None and task.cancelling() > 0
 
 
-def current_call() -> Call | None:
-    return _CALL.get()
-
-
-def enter_call(call: Call) -> Token[Call | None]:
-    """Make `call` the current one; returns the token for `leave_call`."""
-    return _CALL.set(call)
-
-
-def leave_call(token: Token[Call | None]) -> None:
-    _CALL.reset(token)
-
-
 def current_body() -> Body | None:
-    call = _CALL.get()
-    return call.body if call is not None else None
+    call = current_call()
+    # Only set_body puts a body in the call, and only a Body.
+    return cast("Body | None", call.body) if call is not None else None
 
 
 def set_body(body: Body | None) -> Token[Call | None]:
@@ -170,9 +143,9 @@ def set_body(body: Body | None) -> Token[Call | None]:
     A new `Call` rather than a changed one: a worker thread runs in a copy of this
     context and must keep seeing its own body after the call moves on.
     """
-    call = _CALL.get()
-    return _CALL.set(Call(call.correlation_id, call.tool, body) if call is not None else Call("", "", body))
+    call = current_call()
+    return enter_call(Call(call.correlation_id, call.tool, body) if call is not None else Call("", "", body))
 
 
 def reset_body(token: Token[Call | None]) -> None:
-    _CALL.reset(token)
+    leave_call(token)

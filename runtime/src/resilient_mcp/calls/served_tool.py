@@ -25,9 +25,9 @@ from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import BaseModel, TypeAdapter
 
 from resilient_mcp.authoring.errors import TransientError
+from resilient_mcp.authoring.outcomes import Failure
 from resilient_mcp.authoring.tool import ToolSpec
 from resilient_mcp.calls.entrypoints import entrypoint
-from resilient_mcp.calls.resilience import Failure
 from resilient_mcp.calls.result_size import fit_result
 from resilient_mcp.calls.validation import ArgumentValidator, harden_schema, without_titles
 from resilient_mcp.sdk_fence import convert_to_content, output_adapter

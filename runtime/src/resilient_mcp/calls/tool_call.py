@@ -36,30 +36,22 @@ import anyio
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, InputRequiredResult
 
+from resilient_mcp.authoring.outcomes import Attempts, Failure, shown_protocol_error
+from resilient_mcp.authoring.settings import CoreSettings
 from resilient_mcp.authoring.tool import ToolSpec
 from resilient_mcp.calls.callers import caller, forbidden_message, key_caller, missing_scopes
 from resilient_mcp.calls.idempotent_call import HeldKey, claim_key
-from resilient_mcp.calls.outcomes import shown_protocol_error
 from resilient_mcp.calls.progress import heartbeat, oversized_progress_token, progress_requested
 from resilient_mcp.calls.rate_limits import CallLimits
-from resilient_mcp.calls.resilience import Attempts, Failure, classify, in_doubt_message, run_with_retries
-from resilient_mcp.calls.running import (
-    Call,
-    current_body,
-    enter_call,
-    is_own_cancellation,
-    leave_call,
-    new_correlation_id,
-    reset_body,
-    set_body,
-)
+from resilient_mcp.calls.resilience import classify, in_doubt_message, run_with_retries
+from resilient_mcp.calls.running import current_body, is_own_cancellation, reset_body, set_body
 from resilient_mcp.calls.served_tool import ServedTool
+from resilient_mcp.calls.shutdown import Shutdown
+from resilient_mcp.calls.stats import CallStats
 from resilient_mcp.calls.time_limit import TimeLimits, time_limits
 from resilient_mcp.calls.validation import unknown_tool_message
-from resilient_mcp.server.health_tool import CallStats
-from resilient_mcp.server.settings import CoreSettings
-from resilient_mcp.server.shutdown import Shutdown
 from resilient_mcp.store import KEY_ARGUMENT, StoreHandle, fingerprint
+from resilient_mcp.telemetry.call_context import Call, enter_call, leave_call, new_correlation_id
 from resilient_mcp.telemetry.call_line import write_call_line
 from resilient_mcp.telemetry.logs import get_logger
 from resilient_mcp.telemetry.redaction import redact_text
@@ -70,7 +62,7 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver.server import Settings
     from pydantic import BaseModel
 
-    from resilient_mcp.server.fatal_exit import FatalExit
+    from resilient_mcp.calls.fatal_exit import FatalExit
 
     # What each attempt is called with: the arguments as sent and as validated, the Context, the size limit.
     AttemptArgs = tuple[dict[str, Any], BaseModel, Context[Any, Any] | None, int]

@@ -14,22 +14,17 @@ side-effecting body records its start only once its thread takes it
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from resilient_mcp.sdk_fence import claim_anyio_worker_thread
 
 T = TypeVar("T")
 MAX_TOOL_THREADS = 40  # as anyio's default thread limiter: past this, bodies queue for a thread
 
 _POOL = ThreadPoolExecutor(max_workers=MAX_TOOL_THREADS, thread_name_prefix="tool")
-
-try:  # what anyio's own worker threads run under; private, so its absence is survived
-    from anyio._backends._asyncio import AsyncIOBackend
-    from anyio._core._eventloop import claim_worker_thread
-except ImportError:  # pragma: no cover - a future anyio: from_thread then needs a token
-    claim_worker_thread = None  # type: ignore[assignment]
 
 
 async def run_in_thread(fn: Callable[[], T]) -> T:
@@ -40,14 +35,5 @@ async def run_in_thread(fn: Callable[[], T]) -> T:
 
 
 def _as_worker(loop: asyncio.AbstractEventLoop, context: contextvars.Context, fn: Callable[[], T]) -> T:
-    with _anyio_worker(loop):
+    with claim_anyio_worker_thread(loop):
         return context.run(fn)
-
-
-@contextlib.contextmanager
-def _anyio_worker(loop: asyncio.AbstractEventLoop) -> Iterator[Any]:
-    if claim_worker_thread is None:
-        yield None
-        return
-    with claim_worker_thread(AsyncIOBackend, loop):
-        yield None

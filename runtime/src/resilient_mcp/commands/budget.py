@@ -33,9 +33,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import Tool
 from pydantic import BaseModel
 
-from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.authoring.errors import EXIT_FATAL_AT_STARTUP, FatalError
 from resilient_mcp.project import this_project
-from resilient_mcp.server.startup import EXIT_FATAL_AT_STARTUP, write_fatal
+from resilient_mcp.server.startup import write_fatal
 
 if TYPE_CHECKING:
     from resilient_mcp.server.app import OwnerCode

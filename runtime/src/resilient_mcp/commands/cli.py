@@ -107,7 +107,7 @@ def owner_code() -> OwnerCode:
 def serve(transport: str, host: str, port: int) -> int:
     with no_collection_until_serving():
         from resilient_mcp.stdio.guard import claim_stdio
-        from resilient_mcp.stdio.stderr_writer import protect_stderr
+        from resilient_mcp.telemetry.stderr_writer import protect_stderr
 
         protect_stderr()  # a host that never reads stderr must not stall the server
 
@@ -117,8 +117,8 @@ def serve(transport: str, host: str, port: int) -> int:
 
         import anyio
 
+        from resilient_mcp.commands.serve import serve_http, serve_stdio
         from resilient_mcp.server.app import build_from_environment
-        from resilient_mcp.server.serving import serve_http, serve_stdio
 
         server = build_from_environment(owner_code())
     if in_terminal:

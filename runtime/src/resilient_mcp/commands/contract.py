@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel
 
-from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.authoring.errors import EXIT_FATAL_AT_STARTUP, FatalError
 from resilient_mcp.commands.budget import _texts, listed_problems, tool_problems, visible, wire_json
 from resilient_mcp.project import this_project
-from resilient_mcp.server.startup import EXIT_FATAL_AT_STARTUP, write_fatal
+from resilient_mcp.server.startup import write_fatal
 
 if TYPE_CHECKING:
     from resilient_mcp.server.app import OwnerCode

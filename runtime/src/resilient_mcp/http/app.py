@@ -27,12 +27,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from resilient_mcp.authoring.errors import FatalError
-from resilient_mcp.calls.json_bounds import count_members_after_auth
+from resilient_mcp.authoring.settings import CoreSettings
 from resilient_mcp.calls.request_state import check_shared_request_state
+from resilient_mcp.calls.shutdown import STOP_SIGNALS
 from resilient_mcp.http.answer_stream import AnswerStream
 from resilient_mcp.http.bearer import bearer_verifier
 from resilient_mcp.http.bind import bind_address, check_bind, url_host
 from resilient_mcp.http.exposure import check_exposure, is_loopback, transport_security
+from resilient_mcp.http.json_bounds import count_members_after_auth
 from resilient_mcp.http.modern_exchange import ModernExchange
 from resilient_mcp.http.oauth import oauth_verifier
 from resilient_mcp.http.probes import add_probes
@@ -42,8 +44,6 @@ from resilient_mcp.http.sessions import SdkSessions, SessionAdmission
 from resilient_mcp.http.slow_clients import BodyReadTimeout, allow_descriptors, bounded_h11
 from resilient_mcp.sdk_fence import answer_posts_with, forget_captured_signals, set_token_verifier
 from resilient_mcp.server.readiness import Readiness
-from resilient_mcp.server.settings import CoreSettings
-from resilient_mcp.server.shutdown import STOP_SIGNALS
 from resilient_mcp.server.startup import exit_fatal
 from resilient_mcp.telemetry.logs import get_logger
 

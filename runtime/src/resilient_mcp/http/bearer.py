@@ -12,8 +12,8 @@ from pathlib import Path
 from mcp.server.auth.provider import AccessToken
 
 from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.authoring.settings import CoreSettings
 from resilient_mcp.project import this_project
-from resilient_mcp.server.settings import CoreSettings
 
 MIN_TOKEN_CHARS = 32
 

@@ -13,9 +13,9 @@ import ipaddress
 from mcp.server.transport_security import TransportSecuritySettings
 
 from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.authoring.settings import CoreSettings
 from resilient_mcp.http.bind import bind_address, url_host
 from resilient_mcp.project import this_project
-from resilient_mcp.server.settings import CoreSettings
 
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 

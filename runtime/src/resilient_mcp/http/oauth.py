@@ -22,9 +22,9 @@ import jwt
 from mcp.server.auth.provider import AccessToken
 
 from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.authoring.settings import CoreSettings
 from resilient_mcp.http.oauth_keys import SigningKeyCache
 from resilient_mcp.project import this_project
-from resilient_mcp.server.settings import CoreSettings
 from resilient_mcp.telemetry.logs import get_logger
 from resilient_mcp.telemetry.text import clip
 

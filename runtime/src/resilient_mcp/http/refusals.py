@@ -23,9 +23,9 @@ from starlette.datastructures import Headers
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from resilient_mcp.authoring.outcomes import RATE_LIMITED_CODE
 from resilient_mcp.authoring.tool import ToolSpec
 from resilient_mcp.calls.callers import caller
-from resilient_mcp.calls.outcomes import RATE_LIMITED_CODE
 from resilient_mcp.calls.primitive_bounds import BOUNDED_METHODS
 from resilient_mcp.calls.rate_limits import CallLimits
 from resilient_mcp.http.asgi_json import send_json

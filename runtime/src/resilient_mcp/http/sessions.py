@@ -34,33 +34,30 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from resilient_mcp.calls.callers import caller
+from resilient_mcp.sdk_fence import discard_session, session_transports
 from resilient_mcp.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 
 
 class SdkSessions:
-    """The SDK session manager's table of sessions, which it does not expose.
-
-    The only place that uses its private names: `_server_instances` (session ID to transport)
-    and `_discard_session(id, transport)` (forgets the session at once, then terminates it, so
-    its ID answers 404). A transport's `idle_scope` is public.
-    """
+    """The SDK session manager's table of sessions, which it does not expose (reached through
+    sdk_fence). A transport's `idle_scope` is public."""
 
     def __init__(self, manager: StreamableHTTPSessionManager) -> None:
         self._manager = manager
 
     def is_open(self, session_id: str) -> bool:
-        return session_id in self._manager._server_instances
+        return session_id in session_transports(self._manager)
 
     async def close(self, session_id: str) -> None:
-        transport = self._manager._server_instances.get(session_id)
+        transport = session_transports(self._manager).get(session_id)
         if transport is not None:
-            await self._manager._discard_session(session_id, transport)
+            await discard_session(self._manager, session_id, transport)
 
     def expire_after(self, session_id: str, idle_s: float) -> None:
         """End the session once `idle_s` pass, whatever streams it has open."""
-        transport = self._manager._server_instances.get(session_id)
+        transport = session_transports(self._manager).get(session_id)
         scope = transport.idle_scope if transport is not None else None
         if scope is not None and not scope.cancel_called:
             scope.deadline = anyio.current_time() + idle_s

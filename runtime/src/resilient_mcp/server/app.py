@@ -9,25 +9,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
+from resilient_mcp.authoring.checks import Check, HealthCheck
+from resilient_mcp.authoring.current_settings import use_settings
 from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.authoring.resources import Resources
+from resilient_mcp.authoring.settings import CoreSettings
 from resilient_mcp.calls.request_state import request_state_security
 from resilient_mcp.calls.running import MAX_ABANDONED_THREADS, abandoned_threads
+from resilient_mcp.calls.stats import CallStats
 from resilient_mcp.project import this_project
 from resilient_mcp.sdk_fence import drop_sdk_spans
 from resilient_mcp.server.cache_hints import cache_hints
-from resilient_mcp.server.current_settings import use_settings
 from resilient_mcp.server.discovery import discover_primitives, discover_resources, discover_tools
-from resilient_mcp.server.health_tool import CallStats, Check, HealthCheck, make_health_tool
+from resilient_mcp.server.health_tool import make_health_tool
+from resilient_mcp.server.otel import sdk_spans_wanted
 from resilient_mcp.server.resilient_server import ResilientServer
-from resilient_mcp.server.settings import CoreSettings
 from resilient_mcp.server.startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
 from resilient_mcp.server.tool_filter import declared_tools
-from resilient_mcp.stdio.stderr_writer import dropped_lines
 from resilient_mcp.store import StoreHandle, create_store
 from resilient_mcp.telemetry.logs import configure_logging, get_logger
-from resilient_mcp.telemetry.otel import sdk_spans_wanted
 from resilient_mcp.telemetry.redaction import configure_redaction
+from resilient_mcp.telemetry.stderr_writer import dropped_lines
 
 log = get_logger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mcp.server.caching import CacheableMethod, CacheHint
 
-from resilient_mcp.server.settings import CoreSettings
+from resilient_mcp.authoring.settings import CoreSettings
 
 # resources/read is cacheable too, but how long a resource stays fresh is the owner's to say.
 HINTED_METHODS: tuple[CacheableMethod, ...] = (

@@ -10,12 +10,17 @@ import importlib
 import pkgutil
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from resilient_mcp.authoring.errors import FatalError
-from resilient_mcp.authoring.primitives import CompletionSpec, PromptSpec, ResourceSpec, primitive_of
+from resilient_mcp.authoring.primitives import (
+    CompletionSpec,
+    Primitives,
+    PromptSpec,
+    ResourceSpec,
+    primitive_of,
+)
 from resilient_mcp.authoring.resources import DependencySpec, LifespanFunction, dependency_of, is_lifespan
 from resilient_mcp.authoring.tool import ToolSpec, spec_of
 
@@ -40,15 +45,6 @@ def discover_tools(package: ModuleType) -> list[ToolSpec]:
         origin[spec.name] = module_name
         specs.append(spec)
     return specs
-
-
-@dataclass(frozen=True)
-class Primitives:
-    """The resources, prompts and completers of the tools/ modules, in discovery order."""
-
-    resources: tuple[ResourceSpec, ...] = ()
-    prompts: tuple[PromptSpec, ...] = ()
-    completions: tuple[CompletionSpec, ...] = ()
 
 
 def discover_primitives(package: ModuleType) -> Primitives:

@@ -2,33 +2,16 @@
 
 from __future__ import annotations
 
-import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, get_args
+from dataclasses import replace
+from typing import Any, get_args
 
 import anyio
 from pydantic import BaseModel, Field
 
+from resilient_mcp.authoring.checks import SEVERITY, Check, HealthCheck, HealthStatus
 from resilient_mcp.authoring.tool import ToolSpec, spec_of, tool
-
-HealthStatus = Literal["ok", "degraded", "failing"]
-_RANK: dict[HealthStatus, int] = {"ok": 0, "degraded": 1, "failing": 2}
-
-
-@dataclass(frozen=True)
-class Check:
-    """What a health check found: what a `@dependency` function returns, `Check("ok", "reachable")`,
-    and what health_check, /readyz and `<slug> check` report for every check."""
-
-    status: HealthStatus
-    detail: str = ""
-
-    def __post_init__(self) -> None:
-        if self.status not in get_args(HealthStatus):
-            allowed = ", ".join(map(repr, get_args(HealthStatus)))
-            raise ValueError(f"Check status {self.status!r} is not one of {allowed}")
+from resilient_mcp.calls.stats import CallStats
 
 
 class HealthReport(BaseModel):
@@ -60,22 +43,6 @@ HEALTH_OUTPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-@dataclass
-class CallStats:
-    """Counters the resilience layer keeps and health_check reports."""
-
-    started_at: float = field(default_factory=time.monotonic)
-    calls: int = 0
-    in_flight: int = 0
-    errors: Counter[str] = field(default_factory=Counter)
-
-    def uptime_s(self) -> float:
-        return round(time.monotonic() - self.started_at, 3)
-
-
-HealthCheck = Callable[[], Awaitable[Check]]
-
-
 def make_health_tool(
     stats: CallStats,
     version: str,
@@ -88,7 +55,7 @@ def make_health_tool(
     async def health_check() -> HealthReport:
         """Whether this server and its dependencies work; call it when other tools fail."""
         results = await run_checks(checks)
-        worst = max((r.status for r in results.values()), key=_RANK.__getitem__, default="ok")
+        worst = max((r.status for r in results.values()), key=SEVERITY.__getitem__, default="ok")
         try:
             in_doubt: int | None = await keys_in_doubt()
         except Exception:  # the store's own check above says why

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from resilient_mcp.server.health_tool import Check, HealthCheck, run_checks
+from resilient_mcp.authoring.checks import Check, HealthCheck
+from resilient_mcp.server.health_tool import run_checks
 from resilient_mcp.telemetry.logs import get_logger
 
 log = get_logger(__name__)

@@ -28,22 +28,23 @@ from mcp.types import (
     UnsubscribeRequestParams,
 )
 
+from resilient_mcp.authoring.checks import HealthCheck
 from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.authoring.primitives import Primitives
 from resilient_mcp.authoring.resources import Resources
+from resilient_mcp.authoring.settings import CoreSettings
 from resilient_mcp.authoring.tool import ToolSpec
 from resilient_mcp.calls.callers import missing_scopes
+from resilient_mcp.calls.fatal_exit import FatalExit
 from resilient_mcp.calls.primitive_bounds import PrimitiveBounds, PrimitiveTelemetry
 from resilient_mcp.calls.primitive_calls import answered, prompt_arguments, register
 from resilient_mcp.calls.rate_limits import CallLimits
 from resilient_mcp.calls.served_tool import build_tool
+from resilient_mcp.calls.shutdown import Shutdown
+from resilient_mcp.calls.stats import CallStats
 from resilient_mcp.calls.tool_call import CallTelemetry, ToolCalls
 from resilient_mcp.sdk_fence import lowlevel_server_of, subscriptions_of
-from resilient_mcp.server.discovery import Primitives
-from resilient_mcp.server.fatal_exit import FatalExit
 from resilient_mcp.server.handshake_era import HandshakeEraMethods
-from resilient_mcp.server.health_tool import CallStats, HealthCheck
-from resilient_mcp.server.settings import CoreSettings
-from resilient_mcp.server.shutdown import Shutdown
 from resilient_mcp.server.startup import exit_fatal
 from resilient_mcp.store import StoreHandle
 from resilient_mcp.telemetry.call_line import time_tool_calls

@@ -11,21 +11,14 @@ from typing import Literal, NoReturn, TypeVar, get_args, get_origin
 from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 
-from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.authoring.errors import EXIT_FATAL_AT_STARTUP, FatalError
+from resilient_mcp.authoring.settings import CoreSettings, data_dir_fix, no_database_url
 from resilient_mcp.project import this_project
-from resilient_mcp.server.settings import CoreSettings
 from resilient_mcp.telemetry.redaction import is_secret_name
 from resilient_mcp.telemetry.text import clip
 
-EXIT_FATAL_AT_STARTUP = 78  # EX_CONFIG from sysexits.h
-EXIT_FATAL_WHILE_SERVING = 70  # EX_SOFTWARE
 _MAX_VALUE_CHARS = 40
 SettingsT = TypeVar("SettingsT", bound=CoreSettings)
-
-
-# The start-up checks and the store, which may find the same fault later, say the same.
-def data_dir_fix() -> str:
-    return f"set {this_project().env_prefix}DATA_DIR to a writable directory or fix its permissions"
 
 
 def load_settings(settings_class: type[SettingsT]) -> SettingsT:
@@ -71,13 +64,6 @@ def check_data_dir(data_dir: Path) -> None:
         raise FatalError(
             f"data directory {data_dir} is not writable ({exc.strerror or exc})", data_dir_fix()
         ) from None
-
-
-def no_database_url() -> FatalError:
-    return FatalError(
-        f"{this_project().env_prefix}DATABASE_URL is not set",
-        f"set {this_project().env_prefix}DATABASE_URL to a PostgreSQL DSN, e.g. postgresql://user@host/dbname",
-    )
 
 
 def check_database_url(settings: CoreSettings) -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 
 from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.authoring.settings import CoreSettings
 from resilient_mcp.authoring.tool import ToolSpec
 from resilient_mcp.project import this_project
-from resilient_mcp.server.settings import CoreSettings
 
 
 def declared_tools(specs: list[ToolSpec], settings: CoreSettings, *, always: str) -> list[ToolSpec]:

@@ -82,12 +82,12 @@ class AnsweringLines:
 
     async def __aiter__(self) -> AsyncIterator[str]:
         while line := await self._readline():
-            answer = line_too_long() if line is _TOO_LONG else rejection(line)
-            if answer is None:
-                yield line
-            else:
+            message, answer = (None, line_too_long()) if line is _TOO_LONG else read_line(line)
+            if answer is not None:
                 await self._wire.write(answer + "\n")
                 await self._wire.flush()
+            elif message is not None:  # a blank line is neither passed on nor answered
+                yield line
         await self._end_of_input()
 
     async def _readline(self) -> str:

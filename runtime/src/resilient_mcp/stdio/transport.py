@@ -30,8 +30,8 @@ import anyio.lowlevel
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
+from resilient_mcp.calls.fatal_exit import FatalExit, WatchedWriter
 from resilient_mcp.sdk_fence import create_context_streams
-from resilient_mcp.server.fatal_exit import FatalExit, WatchedWriter
 from resilient_mcp.stdio.guard import ProtocolPipes
 from resilient_mcp.stdio.lines import MAX_LINE_BYTES, AnsweringLines, line_too_long, read_line
 from resilient_mcp.telemetry.logs import get_logger

@@ -35,7 +35,7 @@ from resilient_mcp.store.store import (
 )
 
 if TYPE_CHECKING:
-    from resilient_mcp.server.settings import CoreSettings
+    from resilient_mcp.authoring.settings import CoreSettings
 
 
 def create_store(settings: CoreSettings) -> IdempotencyStore:

@@ -29,8 +29,8 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from resilient_mcp.authoring.errors import FatalError, StoreUnavailableError
+from resilient_mcp.authoring.settings import no_database_url
 from resilient_mcp.project import this_project
-from resilient_mcp.server.startup import no_database_url
 from resilient_mcp.store.batches import Batches
 from resilient_mcp.store.instances import OwnerRow
 from resilient_mcp.store.sql import NO_PARAMS, SCHEMA_VERSION, Dialect, Params, Session, SQLStore

@@ -11,7 +11,7 @@ from resilient_mcp.store.instances import HeartbeatThread, Instance, OwnerRow, o
 from resilient_mcp.store.store import BODY_NOT_STARTED, BODY_RUNNING, MAX_RETRY_AFTER_S, Claim, KeyState
 
 if TYPE_CHECKING:
-    from resilient_mcp.server.health_tool import HealthStatus
+    from resilient_mcp.authoring.checks import HealthStatus
 
 LEASE_EXPIRED = "the call ran past its lease without finishing"
 SETTLED_DONE = "settled as done by an operator"

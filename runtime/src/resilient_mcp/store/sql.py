@@ -55,7 +55,7 @@ from resilient_mcp.store.store import (
 )
 
 if TYPE_CHECKING:
-    from resilient_mcp.server.health_tool import HealthStatus
+    from resilient_mcp.authoring.checks import HealthStatus
 
 Params = Mapping[str, Any]
 _log = structlog.get_logger(__name__)

@@ -38,8 +38,8 @@ import anyio
 import structlog
 
 from resilient_mcp.authoring.errors import FatalError, StoreUnavailableError, TableLostError
+from resilient_mcp.authoring.settings import data_dir_fix
 from resilient_mcp.project import this_project
-from resilient_mcp.server.startup import data_dir_fix
 from resilient_mcp.store.instances import OwnerRow, same_boot
 from resilient_mcp.store.sql import NO_PARAMS, SCHEMA_VERSION, Dialect, Params, Session, SQLStore
 from resilient_mcp.store.sqlite_writer import SQLiteWriter, WriterSession
@@ -47,7 +47,7 @@ from resilient_mcp.store.store import DEFAULT_TTL_S, HEARTBEAT_S
 from resilient_mcp.store.table_file import TableFile
 
 if TYPE_CHECKING:
-    from resilient_mcp.server.health_tool import HealthStatus
+    from resilient_mcp.authoring.checks import HealthStatus
 
 _log = structlog.get_logger(__name__)
 

@@ -6,10 +6,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from resilient_mcp.calls.outcomes import failure
+from resilient_mcp.authoring.outcomes import failure
 
 if TYPE_CHECKING:
-    from resilient_mcp.server.health_tool import HealthStatus
+    from resilient_mcp.authoring.checks import HealthStatus
 
 ClaimKind = Literal["new", "replay", "conflict_arguments", "in_progress", "in_doubt", "legacy"]
 KeyState = Literal["pending", "completed", "in_doubt"]

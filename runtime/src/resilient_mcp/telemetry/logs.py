@@ -24,9 +24,9 @@ from typing import Any, TextIO, cast
 
 import structlog
 
-from resilient_mcp.calls.running import current_call
-from resilient_mcp.stdio.stderr_writer import NonBlockingStderr
+from resilient_mcp.telemetry.call_context import current_call
 from resilient_mcp.telemetry.redaction import REDACTED, is_secret_name, redact_fields, redact_text
+from resilient_mcp.telemetry.stderr_writer import NonBlockingStderr
 
 __all__ = [
     "REDACTED",

@@ -1,14 +1,15 @@
-# Template-owned: `copier update` replaces this file; put your tests in tests/tools/.
-"""A PostgreSQL of this machine's own: the tests' (postgres_fixtures.py) and `nox -s db`'s.
+"""A PostgreSQL of this machine's own: the tests' (`postgres`) and `nox -s db`'s.
 
 Its binaries are an installed PostgreSQL's (`initdb` and `pg_ctl` on the PATH, or Debian's)
 or the ones pgserver bundles. It listens on a unix socket in its own directory only, with
 no TCP port, and trusts whoever reaches that socket. Started as root, it runs as another
 user: PostgreSQL refuses root.
 
-`python tests/core/local_postgres.py [start|stop] [--dir DIR]`, which `nox -s db` runs, keeps
-one in DIR (default .nox/postgres) between runs and prints the `export` line that points this
-server at it. Standard library only: the nox session has only pgserver installed.
+`python -m resilient_mcp.testing.local_postgres [start|stop] [--dir DIR]`, which a project's
+`nox -s db` runs in its folder, keeps one in DIR (default .nox/postgres) between runs and prints
+the `export` lines that point the server (`<PREFIX>DATABASE_URL`) and its tests
+(`<PREFIX>TEST_DATABASE_URL`) at it; the prefix is the project's (`--env-prefix`, else read from
+the installed project whose command pyproject.toml names). Standard library only.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-ENV_PREFIX = "SAMPLE_SERVER_"
+from resilient_mcp.project import Project
+
 DEFAULT_DIR = Path(".nox") / "postgres"
 ENV_FILE = "env.sh"  # the export lines, for `source`
 # sun_path holds 104 bytes on macOS, 108 on Linux; the socket's name takes 14 of them.
@@ -130,7 +133,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("action", nargs="?", choices=["start", "stop"], default="start")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"its data (default: {DEFAULT_DIR})")
+    parser.add_argument(
+        "--env-prefix", help="the settings prefix (default: the project's in pyproject.toml, installed)"
+    )
     args = parser.parse_args(argv)
+    env_prefix: str | None = args.env_prefix or project_env_prefix(Path("pyproject.toml"))
+    if env_prefix is None:
+        return refuse(
+            "no project here to name the settings for: run it in the project's folder with the project "
+            "installed (`nox -s db` does), or give --env-prefix (e.g. --env-prefix WEATHER_TOOLS_)"
+        )
     directory: Path = args.dir.absolute()
     if len(str(directory)) > MAX_SOCKET_DIR:
         return refuse(f"{directory} is too long for a unix socket's path: give a shorter --dir")
@@ -147,13 +159,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return refuse(
             f"as root, PostgreSQL runs as another user (uid {server.run_as['user']}), who cannot reach "
             f"{directory}: a folder on the way is private. Give it one others can traverse: "
-            f"`nox -s db -- --dir /tmp/sample-server-postgres`"
+            f"`nox -s db -- --dir /tmp/postgres-data`"
         )
     try:
         if args.action == "stop":
             if server.running():
                 server.shut_down()
-            print(f"PostgreSQL is stopped; its data stays in {directory} (delete it to start afresh).")
+            say(f"PostgreSQL is stopped; its data stays in {directory} (delete it to start afresh).")
             return 0
         if not server.running():
             server.start()
@@ -165,15 +177,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"see {directory / 'log'}, or give another --dir"
         )
     exports = [
-        f"export {ENV_PREFIX}DATABASE_URL={shlex.quote(server.dsn)}",  # the server's
-        f"export {ENV_PREFIX}TEST_DATABASE_URL={shlex.quote(server.dsn)}",  # the tests': a schema each
+        f"export {env_prefix}DATABASE_URL={shlex.quote(server.dsn)}",  # the server's
+        f"export {env_prefix}TEST_DATABASE_URL={shlex.quote(server.dsn)}",  # the tests': a schema each
     ]
     (directory / ENV_FILE).write_text("\n".join(exports) + "\n", encoding="utf-8")
     elsewhere = f" --dir {shlex.quote(str(args.dir))}" if args.dir != DEFAULT_DIR else ""
-    print(f"PostgreSQL ({bin_dir}) is running, its data in {directory}. For the server and the tests:")
-    print(f"source {shlex.quote(str(args.dir / ENV_FILE))}   # {'; '.join(exports)}")
-    print(f"Stop it with: nox -s db -- stop{elsewhere}")
+    say(f"PostgreSQL ({bin_dir}) is running, its data in {directory}. For the server and the tests:")
+    say(f"source {shlex.quote(str(args.dir / ENV_FILE))}   # {'; '.join(exports)}")
+    say(f"Stop it with: nox -s db -- stop{elsewhere}")
     return 0
+
+
+def project_env_prefix(pyproject: Path) -> str | None:
+    """The settings prefix of the project `pyproject` describes: its command's package's `PROJECT`."""
+    if not pyproject.is_file():
+        return None
+    scripts = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("scripts", {})
+    for target in scripts.values():
+        package = str(target).split(":")[0].split(".")[0]
+        try:
+            project = getattr(importlib.import_module(f"{package}.project"), "PROJECT", None)
+        except ImportError:
+            continue
+        if isinstance(project, Project):
+            return project.env_prefix
+    return None
+
+
+def say(line: str) -> None:
+    """A line for the person at the terminal (a command of its own: stdout is no protocol here)."""
+    sys.stdout.write(f"{line}\n")
 
 
 def refuse(message: str) -> int:

@@ -9,13 +9,14 @@ raised on purpose is answered as that JSON-RPC error, its texts shown as every m
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from mcp.shared.exceptions import MCPError
-from mcp.types import URL_ELICITATION_REQUIRED, CallToolResult, TextContent
+from mcp.types import URL_ELICITATION_REQUIRED, CallToolResult, InputRequiredResult, TextContent
 from pydantic_core import to_jsonable_python
 
-from resilient_mcp.authoring.errors import Part
+from resilient_mcp.authoring.errors import Part, PartialResult, ToolInputError
 from resilient_mcp.telemetry.redaction import redact_fields, redact_text, strip_paths
 
 Category = Literal[
@@ -136,3 +137,47 @@ def partial_failure(parts: Sequence[Part], correlation_id: str) -> CallToolResul
         structured={"parts": status},
         content=succeeded,
     )
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A classified failure: what the client is told, and the exception behind it."""
+
+    category: Category
+    message: str
+    error: BaseException
+    retry_after_s: float | None = None
+    retryable: bool | None = None  # None: as the category says
+
+    @classmethod
+    def refusal(
+        cls,
+        category: Category,
+        message: str,
+        *,
+        retryable: bool | None = None,
+        retry_after_s: float | None = None,
+    ) -> Failure:
+        """A failure found by the server itself, before or around the tool."""
+        return cls(category, message, ToolInputError(message), retry_after_s, retryable)
+
+    def result(self, correlation_id: str) -> CallToolResult:
+        if isinstance(self.error, PartialResult):
+            return partial_failure(self.error.parts, correlation_id)
+        return failure(
+            self.category,
+            self.message,
+            correlation_id,
+            retryable=self.retryable,
+            retry_after_s=self.retry_after_s,
+        )
+
+
+@dataclass
+class Attempts:
+    """The outcome of running a call with bounded retries."""
+
+    result: CallToolResult | InputRequiredResult | None = None  # InputRequiredResult: asks the client first
+    failure: Failure | None = None
+    count: int = 0
+    replayed: bool = False  # the result is a stored one: the tool did not run

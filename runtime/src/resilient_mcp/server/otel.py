@@ -34,18 +34,18 @@ from opentelemetry.propagate import extract
 from opentelemetry.trace import StatusCode, get_current_span
 
 from resilient_mcp.authoring.errors import FatalError
-from resilient_mcp.calls.outcomes import RETRYABLE
+from resilient_mcp.authoring.outcomes import RETRYABLE
 from resilient_mcp.calls.running import abandoned_threads
 from resilient_mcp.project import this_project
-from resilient_mcp.stdio.stderr_writer import dropped_lines
 from resilient_mcp.telemetry.logs import correlate_traces, get_logger
+from resilient_mcp.telemetry.stderr_writer import dropped_lines
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Observation
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.trace import TracerProvider
 
-    from resilient_mcp.calls.resilience import Attempts
+    from resilient_mcp.authoring.outcomes import Attempts
     from resilient_mcp.calls.served_tool import ServedTool
     from resilient_mcp.server.resilient_server import ResilientServer
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.project import this_project
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -184,3 +185,15 @@ class CoreSettings(BaseSettings):
     @classmethod
     def _expand_user(cls, value: Path) -> Path:
         return value.expanduser()
+
+
+def no_database_url() -> FatalError:
+    return FatalError(
+        f"{this_project().env_prefix}DATABASE_URL is not set",
+        f"set {this_project().env_prefix}DATABASE_URL to a PostgreSQL DSN, e.g. postgresql://user@host/dbname",
+    )
+
+
+# The start-up checks and the store, which may find the same fault later, say the same.
+def data_dir_fix() -> str:
+    return f"set {this_project().env_prefix}DATA_DIR to a writable directory or fix its permissions"

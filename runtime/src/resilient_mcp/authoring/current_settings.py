@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TypeVar, overload
 
-from resilient_mcp.server.settings import CoreSettings
+from resilient_mcp.authoring.settings import CoreSettings
 
 SettingsT = TypeVar("SettingsT", bound=CoreSettings)
 

@@ -18,14 +18,14 @@ import anyio
 import anyio.abc
 
 from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.calls.fatal_exit import FatalExit
+from resilient_mcp.calls.shutdown import STOP_SIGNALS
 from resilient_mcp.sdk_fence import lowlevel_server_of
-from resilient_mcp.server.fatal_exit import FatalExit
+from resilient_mcp.server.otel import Telemetry, start_telemetry
 from resilient_mcp.server.resilient_server import ResilientServer
-from resilient_mcp.server.shutdown import STOP_SIGNALS
 from resilient_mcp.server.startup import exit_fatal
 from resilient_mcp.stdio.guard import ProtocolPipes
 from resilient_mcp.stdio.transport import open_stdio
-from resilient_mcp.telemetry.otel import Telemetry, start_telemetry
 
 
 async def serve_stdio(server: ResilientServer, pipes: ProtocolPipes, *, handle_sigint: bool = True) -> None:

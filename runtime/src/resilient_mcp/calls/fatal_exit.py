@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 
-from resilient_mcp.server.startup import EXIT_FATAL_WHILE_SERVING
+from resilient_mcp.authoring.errors import EXIT_FATAL_WHILE_SERVING
 
 _GRACE_S = 5.0
 
