@@ -1,4 +1,5 @@
-"""Checks of this template repository: `nox` runs lint, then the template's tests and the generated ones."""
+"""Checks of this repository: `nox` runs lint, the runtime library's checks and suite, then the
+template's tests and the generated ones."""
 
 from __future__ import annotations
 
@@ -12,13 +13,28 @@ import nox
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "all"]
+nox.options.sessions = ["lint", "runtime", "all"]
 
 ROOT = Path(__file__).resolve().parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 TEST_DEPS = nox.project.dependency_groups(PYPROJECT, "test")
 LINT_DEPS = nox.project.dependency_groups(PYPROJECT, "lint")
 OWN_PYTHON = ["tests", "noxfile.py"]  # template/ holds Jinja: it is checked through rendered projects
+RUNTIME = ROOT / "runtime"
+# The library's suite serves a stand-in project, installed editable beside the library: the dev
+# group names both, which only `uv sync` resolves (tool.uv.sources); nox installs them by path.
+LOCAL_DISTRIBUTIONS = ("resilient-mcp", "sample-server")
+RUNTIME_TEST_DEPS = [
+    requirement
+    for requirement in nox.project.dependency_groups(nox.project.load_toml(RUNTIME / "pyproject.toml"), "dev")
+    if not requirement.startswith(LOCAL_DISTRIBUTIONS)
+]
+# The stand-in project's answers (tests/sample_project/.../project.py): the two sets the template's
+# projects are generated with, the postgres one also testing the store on SQLite.
+RUNTIME_VARIANTS = {
+    "sqlite, strict": {"SAMPLE_PROJECT_BACKEND": "sqlite", "SAMPLE_PROJECT_STRICT": "true"},
+    "postgres, lenient": {"SAMPLE_PROJECT_BACKEND": "postgres", "SAMPLE_PROJECT_STRICT": "false"},
+}
 
 
 @nox.session
@@ -28,6 +44,21 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", *OWN_PYTHON, *session.posargs)
     session.run("ruff", "format", "--check", *OWN_PYTHON)
     session.run("mypy")
+
+
+@nox.session
+def runtime(session: nox.Session) -> None:
+    """The runtime library (runtime/): ruff, mypy --strict, its layers, and its suite in both variants."""
+    session.install("-e", f"{RUNTIME}[postgres,otel]", "-e", str(RUNTIME / "tests" / "sample_project"))
+    session.install(*RUNTIME_TEST_DEPS)
+    session.chdir(RUNTIME)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+    session.run("lint-imports")  # the rooms layered, no circles
+    for variant, env in RUNTIME_VARIANTS.items():
+        session.log(f"The library's suite, {variant}")
+        session.run("pytest", "-n", "2", "--durations=10", *session.posargs, env=env)
 
 
 # pytest-xdist workers, one per core of the 2-core machines this runs on: the generated tests keep

@@ -1,7 +1,7 @@
 """Fixtures for every test: an isolated environment per test, and servers built in memory.
 
-Each test gets its own data directory (and, with PostgreSQL, its own schema), and no
-settings leak in from the developer's environment or a `.env` file.
+Each test gets its own data directory (and, when the project's backend is PostgreSQL, its own
+schema), and no settings leak in from the developer's environment or a `.env` file.
 """
 
 from __future__ import annotations
@@ -18,29 +18,20 @@ import pytest
 from resilient_mcp.server.app import create_server
 from resilient_mcp.server.resilient_server import ResilientServer
 from resilient_mcp.server.startup import load_settings
-from sample_server.project import ENV_PREFIX
+from sample_server.project import ENV_PREFIX, IDEMPOTENCY_BACKEND
 from sample_server.settings import Settings
 from support import ANSWER_TIMEOUT_S, server_env
 
-pytest_plugins = ["postgres_fixtures"]  # a real PostgreSQL for the session, a schema per test
+# A real PostgreSQL for the session, a schema per test; started only when a test asks for it
+# (the postgres store's tests, in either variant; every test when the project's backend is postgres).
+pytest_plugins = ["postgres_fixtures"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Registered here, not in pyproject.toml: the owner's `markers` there stays the only one.
     config.addinivalue_line(
         "markers", "network: serves HTTP on loopback to real clients; slower (-m 'not network' skips)"
     )
-    config.addinivalue_line("markers", "core: a test of the template's core (every test in tests/core)")
-    config.addinivalue_line(
-        "markers", "smoke: the few core tests `nox` runs beside yours; `nox -s core` runs them all"
-    )
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    core = Path(__file__).parent / "core"
-    for item in items:
-        if item.path.is_relative_to(core):
-            item.add_marker(pytest.mark.core)
+    config.addinivalue_line("markers", "smoke: a few quick tests across the library (-m smoke runs them)")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -70,10 +61,14 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def database_url(postgres_schema_dsn: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each test's idempotency table lives in a fresh schema of the session's PostgreSQL."""
-    monkeypatch.setenv(f"{ENV_PREFIX}DATABASE_URL", postgres_schema_dsn)
-    return postgres_schema_dsn
+def database_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """With the postgres backend, each test's idempotency table lives in a fresh schema of the
+    session's PostgreSQL; with sqlite, in the test's data directory (nothing to set)."""
+    if IDEMPOTENCY_BACKEND != "postgres":
+        return None
+    dsn: str = request.getfixturevalue("postgres_schema_dsn")
+    monkeypatch.setenv(f"{ENV_PREFIX}DATABASE_URL", dsn)
+    return dsn
 
 
 @pytest.fixture
@@ -103,7 +98,7 @@ async def make_server(sample_tools: ModuleType) -> AsyncIterator[Callable[..., R
 
 @pytest.fixture
 def server(make_server: Callable[..., ResilientServer]) -> ResilientServer:
-    """A server with the sample tools (tests/core/sample_tools) beside health_check."""
+    """A server with the sample tools (tests/sample_tools) beside health_check."""
     return make_server()
 
 

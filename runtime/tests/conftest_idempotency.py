@@ -1,5 +1,5 @@
-"""Fixtures for the idempotency store's tests, run against every backend this project has:
-a real SQLite file and a real PostgreSQL (postgres_fixtures.py).
+"""Fixtures for the idempotency store's tests, run against both backends of the store, whichever
+the project chose: a real SQLite file and a real PostgreSQL (postgres_fixtures.py).
 
 Load with `pytest_plugins = ["conftest_idempotency"]` in a test module.
 """

@@ -21,7 +21,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.inbound import NAME_BEARING_METHODS
 
 from resilient_mcp.commands.diagnose import MODERN, with_envelope
-from sample_server.project import ENV_PREFIX
+from sample_server.project import ENV_PREFIX, IDEMPOTENCY_BACKEND
 from support import server_env
 
 # Stateless HTTP: the settings of replicas behind a load balancer that any request may reach.
@@ -101,8 +101,9 @@ def client_with_token(url: str, token: str, mode: str = "auto") -> Client:
 
 def shared_server_env(request: pytest.FixtureRequest, data_dir: Path, **settings: str) -> dict[str, str]:
     """Settings for a server that several tests share (a module-scoped fixture)."""
-    # The per-test schema does not exist yet at module scope: the database's default schema.
-    settings.setdefault("database_url", request.getfixturevalue("postgres_dsn"))
+    if IDEMPOTENCY_BACKEND == "postgres":
+        # The per-test schema does not exist yet at module scope: the database's default schema.
+        settings.setdefault("database_url", request.getfixturevalue("postgres_dsn"))
     return server_env(data_dir=str(data_dir), **settings)
 
 

@@ -18,7 +18,7 @@ from resilient_mcp.store.postgres import PostgresStore
 from resilient_mcp.store.sqlite import SQLiteStore
 from sample_server.project import ENV_PREFIX
 
-# A postgres project tests both backends; an sqlite project has no postgres code to test.
+# The library has both backends whichever one the project chose: its store tests run on both.
 BACKENDS = ["sqlite", "postgres"]
 TEST_DSN_VARIABLE = f"{ENV_PREFIX}TEST_DATABASE_URL"
 TEST_DSN = os.environ.get(TEST_DSN_VARIABLE, "")  # read at import: each test's environment is wiped

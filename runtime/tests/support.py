@@ -11,10 +11,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+import pytest
 from mcp.types import CallToolResult, TextContent
 
 from resilient_mcp.commands.diagnose import RawStdioSession, unbuffered_free_env
-from sample_server.project import ENV_PREFIX, PACKAGE
+from sample_server.project import ENV_PREFIX, IDEMPOTENCY_BACKEND, PACKAGE
 
 # How long a test waits for a server to start, answer or exit: generous, because on a loaded
 # machine two servers starting together took over 10 s to answer. Waiting is never what a test checks.
@@ -25,6 +26,17 @@ SAMPLE_TOOLS = HERE / "sample_tools"
 NOISY_TOOLS = HERE / "noisy_tools"
 HTTP_TOOLS = HERE / "http_tools"
 LAUNCHER = HERE / "launch_with_tools.py"
+
+# Tests of what only one of the project's backends does (SAMPLE_PROJECT_BACKEND picks it); the
+# store's own tests run on both backends in either variant.
+postgres_project = pytest.mark.skipif(
+    IDEMPOTENCY_BACKEND != "postgres",
+    reason="needs a project whose idempotency backend is postgres (SAMPLE_PROJECT_BACKEND=postgres)",
+)
+sqlite_project = pytest.mark.skipif(
+    IDEMPOTENCY_BACKEND != "sqlite",
+    reason="needs a project whose idempotency backend is sqlite (SAMPLE_PROJECT_BACKEND=sqlite)",
+)
 
 
 def server_argv(*args: str, extra_tools: Path | None = None) -> list[str]:

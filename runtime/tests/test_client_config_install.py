@@ -15,6 +15,7 @@ import pytest
 
 from resilient_mcp.commands.client_config import CLIENTS
 from sample_server.project import ENV_PREFIX, SLUG
+from support import postgres_project
 
 COMMAND = Path(sysconfig.get_path("scripts")) / SLUG
 SERVERS_KEY = {"vscode": "servers"}  # every other client: "mcpServers"
@@ -243,6 +244,7 @@ def test_install_without_what_it_needs_is_a_usage_error(
     assert os.listdir(project) == []
 
 
+@postgres_project
 def test_install_without_a_database_url_says_the_entry_holds_a_placeholder(
     env: dict[str, str], home: Path, project: Path
 ) -> None:

@@ -22,7 +22,7 @@ from resilient_mcp.commands.client_config import CLIENTS
 from resilient_mcp.commands.diagnose import EXIT_NO_HANDSHAKE, MODERN, with_envelope
 from sample_server.project import ENV_PREFIX, PACKAGE, SLUG
 
-PROJECT = Path(__file__).resolve().parents[2]
+SAMPLE_PROJECT = Path(__file__).resolve().parent / "sample_project"  # the served project's own root
 COMMAND = Path(sysconfig.get_path("scripts")) / SLUG
 # Where each client keeps its servers in the entry, and the file the entry goes in.
 SERVERS_KEY = {
@@ -44,7 +44,7 @@ SDK_MODULES = ("mcp", "mcp_types", "pydantic", "anyio", "starlette", "uvicorn")
 IMPORTS_AFTER = """
 import sys
 
-from resilient_mcp.commands.cli import main
+from sample_server.cli import main
 
 try:
     main(sys.argv[1:])
@@ -64,7 +64,9 @@ def command(*args: str, env: dict[str, str], cwd: Path | None = None) -> subproc
 
 
 def test_version_is_the_one_in_pyproject(subprocess_env: dict[str, str]) -> None:
-    version = tomllib.loads((PROJECT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    version = tomllib.loads((SAMPLE_PROJECT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "version"
+    ]
 
     answered = command("--version", env=subprocess_env)
 

@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from support import http_server
-
-DOCKERFILE = Path(__file__).resolve().parents[2] / "Dockerfile"
+from template_files import template_source
 
 
 def healthcheck_command() -> list[str]:
-    """The exec-form command of the Dockerfile's HEALTHCHECK instruction."""
-    instructions = DOCKERFILE.read_text(encoding="utf-8").replace("\\\n", " ").splitlines()
+    """The exec-form command of the template's Dockerfile's HEALTHCHECK instruction."""
+    instructions = template_source("Dockerfile").replace("\\\n", " ").splitlines()
     (healthcheck,) = [line for line in instructions if line.startswith("HEALTHCHECK")]
+    assert "{{" not in healthcheck, "the instruction is the same in every project"
     argv: list[str] = json.loads(healthcheck.split(" CMD ", 1)[1])
     assert argv[0] == "python", "the image has Python and no curl"
     return [sys.executable, *argv[1:]]

@@ -25,8 +25,8 @@ from resilient_mcp.commands.diagnose import (
     MODERN,
 )
 from resilient_mcp.commands.diagnose.progress import PROGRESS_AFTER_S, Progress
-from sample_server.project import ENV_PREFIX, PACKAGE
-from support import ANSWER_TIMEOUT_S, free_port, http_server, server_env
+from sample_server.project import ENV_PREFIX
+from support import ANSWER_TIMEOUT_S, free_port, http_server, server_argv, server_env
 
 V1_SERVER = """
 from mcp.server.fastmcp import FastMCP
@@ -101,10 +101,10 @@ PATIENT = f"{ANSWER_TIMEOUT_S:g}"
 def diagnose(
     *args: str, env: dict[str, str], timeout: float = 4 * ANSWER_TIMEOUT_S
 ) -> tuple[int, dict[str, Any]]:
-    """Run `python -m <package>.diagnose ARGS`; its exit code and its one JSON report."""
+    """Run the project's `<command> diagnose ARGS`; its exit code and its one JSON report."""
     patient = [] if "--timeout" in args else ["--timeout", PATIENT]
     result = subprocess.run(
-        [sys.executable, "-m", f"{PACKAGE}.diagnose", *patient, *args],
+        server_argv("diagnose", *patient, *args),
         env=env,
         capture_output=True,
         text=True,
@@ -302,7 +302,7 @@ def test_http_nothing_listening_says_so(subprocess_env: dict[str, str]) -> None:
 )
 def test_usage_errors_exit_2(args: tuple[str, ...], subprocess_env: dict[str, str]) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", f"{PACKAGE}.diagnose", *args],
+        server_argv("diagnose", *args),
         env=subprocess_env,
         capture_output=True,
         text=True,
@@ -313,9 +313,24 @@ def test_usage_errors_exit_2(args: tuple[str, ...], subprocess_env: dict[str, st
     assert "usage:" in result.stderr
 
 
+def test_run_alone_it_diagnoses_the_server_command_it_is_given(subprocess_env: dict[str, str]) -> None:
+    """`python -m resilient_mcp.commands.diagnose -- CMD` belongs to no project: it checks CMD."""
+    result = subprocess.run(
+        [sys.executable, "-m", "resilient_mcp.commands.diagnose", "--timeout", PATIENT, "--", *server_argv()],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=4 * ANSWER_TIMEOUT_S,
+    )
+
+    report = json.loads(result.stdout)
+    assert result.returncode == report["exit_code"] == EXIT_HEALTHY, result.stdout + result.stderr
+    assert "health_check" in report["tools"]
+
+
 def test_help_documents_the_exit_codes_and_the_token(subprocess_env: dict[str, str]) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", f"{PACKAGE}.diagnose", "--help"],
+        server_argv("diagnose", "--help"),
         env=subprocess_env,
         capture_output=True,
         text=True,
@@ -346,7 +361,7 @@ def test_a_step_past_two_seconds_is_named_on_stderr_while_it_waits(
     command = ["--", sys.executable, str(server), str(tmp_path / "started-before")]
 
     result = subprocess.run(
-        [sys.executable, "-m", f"{PACKAGE}.diagnose", "--timeout", PATIENT, *command],
+        server_argv("diagnose", "--timeout", PATIENT, *command),
         env=subprocess_env,
         capture_output=True,
         text=True,

@@ -19,7 +19,7 @@ from resilient_mcp.http.probes import READYZ_PATH
 from resilient_mcp.server.health_tool import HealthReport
 from resilient_mcp.server.resilient_server import ResilientServer
 from resilient_mcp.store.postgres import describe_dsn
-from sample_server.project import ENV_PREFIX
+from sample_server.project import ENV_PREFIX, IDEMPOTENCY_BACKEND
 from support import http_server, server_argv, server_env
 
 Mode = Literal["legacy", "auto"]
@@ -122,7 +122,8 @@ async def test_health_check_over_real_stdio(mode: Mode, subprocess_env: dict[str
 def test_neither_health_check_nor_readyz_shows_where_the_data_lives(data_dir: Path) -> None:
     """What a client (health_check) or anyone (/readyz) sees names no host, port, database or path."""
     hidden = [str(data_dir)]
-    hidden.append(describe_dsn(os.environ[f"{ENV_PREFIX}DATABASE_URL"]))  # host:port/dbname
+    if IDEMPOTENCY_BACKEND == "postgres":
+        hidden.append(describe_dsn(os.environ[f"{ENV_PREFIX}DATABASE_URL"]))  # host:port/dbname
     with http_server(server_env(data_dir=str(data_dir))) as (url, _):
         status, ready = get(url, READYZ_PATH)
         assert status == 200, ready

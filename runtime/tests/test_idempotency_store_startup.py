@@ -7,6 +7,7 @@ import contextlib
 import sqlite3
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -18,11 +19,12 @@ from psycopg.conninfo import make_conninfo
 from idempotency_support import MakeStore, exited_pid, new_store
 from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.authoring.settings import CoreSettings
+from resilient_mcp.project import Backend, use_project
 from resilient_mcp.store import DB_FILENAME, IdempotencyStore, create_store, fingerprint
 from resilient_mcp.store.instances import host_id
 from resilient_mcp.store.postgres import PostgresStore
 from resilient_mcp.store.sqlite import SCHEMA_VERSION, SQLiteStore
-from sample_server.project import ENV_PREFIX
+from sample_server.project import ENV_PREFIX, PROJECT
 
 pytest_plugins = ["conftest_idempotency"]
 pytestmark = pytest.mark.anyio
@@ -184,11 +186,19 @@ async def test_a_sql_ascii_database_replays_a_retry(postgres_dsn: str) -> None:
     assert retry.kind == "replay"
 
 
-def test_create_store_uses_the_rendered_backend(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_create_store_uses_the_projects_backend(backend: Backend, tmp_path: Path) -> None:
     settings = CoreSettings(data_dir=tmp_path, database_url="postgresql://localhost/x")
+    use_project(replace(PROJECT, idempotency_backend=backend))
+    try:
+        store = create_store(settings)
+    finally:
+        use_project(PROJECT)
 
-    store = create_store(settings)
-
-    assert isinstance(store, PostgresStore)
-    assert store.dsn == "postgresql://localhost/x"
+    if backend == "postgres":
+        assert isinstance(store, PostgresStore)
+        assert store.dsn == "postgresql://localhost/x"
+    else:
+        assert isinstance(store, SQLiteStore)
+        assert store.path == tmp_path / DB_FILENAME
     assert store.ttl_s == settings.idempotency_ttl_s

@@ -5,15 +5,24 @@ with a table that would not know the keys already run."""
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
+from http_support import get
 from resilient_mcp.authoring.errors import FatalError, TableLostError
+from resilient_mcp.commands.diagnose import MODERN, open_session, with_envelope
+from resilient_mcp.http.probes import READYZ_PATH
 from resilient_mcp.store import DB_FILENAME, fingerprint
 from resilient_mcp.store.sqlite import SQLiteStore
+from sample_tools.effects import effects_count
+from support import ANSWER_TIMEOUT_S, SAMPLE_TOOLS, StdioSession, http_server, server_argv, sqlite_project
 
 FP = fingerprint({"n": 1})
 DONE = {"content": [], "isError": False}
@@ -99,3 +108,106 @@ async def test_a_lost_table_leaves_a_note_that_stops_the_next_server_at_start(st
     assert "deleted" in note.read_text()
     assert str(note) in caught.value.problem
     assert "delete it to start" in caught.value.fix
+
+
+# Over real processes: a server on the data directory of the test, with the sample tools (an
+# sqlite project's: a postgres project's server has no table file to lose).
+
+
+def start(env: dict[str, str]) -> StdioSession:
+    session = StdioSession(server_argv("serve", extra_tools=SAMPLE_TOOLS), env=env)
+    open_session(session, MODERN, timeout=ANSWER_TIMEOUT_S)
+    return session
+
+
+def call(session: StdioSession, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    answer = session.request("tools/call", with_envelope(MODERN, {"name": name, "arguments": arguments}))
+    result: dict[str, Any] = answer["result"]
+    return result
+
+
+def charge(session: StdioSession, key: str) -> dict[str, Any]:
+    return call(session, "charge", {"account": "acme", "cents": 100, "idempotency_key": key})
+
+
+def health_once_failing(session: StdioSession) -> dict[str, Any]:
+    """health_check's report, asked again until it says failing (the test's time limit at most)."""
+    deadline = time.monotonic() + ANSWER_TIMEOUT_S
+    while True:
+        report: dict[str, Any] = call(session, "health_check", {})["structuredContent"]
+        if report["status"] == "failing" or time.monotonic() > deadline:
+            return report
+        time.sleep(0.2)
+
+
+def another_server(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A second server on the data directory, as a client would launch it, until it ends."""
+    argv = server_argv("serve", extra_tools=SAMPLE_TOOLS)
+    return subprocess.run(argv, env=env, input="", capture_output=True, text=True, timeout=ANSWER_TIMEOUT_S)
+
+
+def replaced_by_another_table(path: Path) -> None:
+    """Another server's table (say, a backup), moved over this one."""
+    other = path.with_name("other.sqlite3")
+
+    async def make() -> None:
+        store = SQLiteStore(other)
+        await store.open()
+        await store.close()
+
+    anyio.run(make)
+    os.replace(other, path)
+
+
+@sqlite_project
+@pytest.mark.parametrize("change", [Path.unlink, replaced_by_another_table], ids=["deleted", "replaced"])
+def test_a_table_lost_under_a_running_server_runs_no_key_twice(
+    change: Callable[[Path], None], subprocess_env: dict[str, str], data_dir: Path
+) -> None:
+    keys = [f"order-{n}:charge" for n in range(4)]
+    with start(subprocess_env) as first:
+        assert all(charge(first, key)["isError"] is False for key in keys)
+        change(data_dir / DB_FILENAME)
+
+        report = health_once_failing(first)
+        new_key = charge(first, "order-new:charge")
+        retry = charge(first, keys[0])
+        meanwhile = another_server(subprocess_env)
+    afterwards = another_server(subprocess_env)
+
+    for second in (meanwhile, afterwards):
+        assert second.returncode == 78, second.stderr
+        assert second.stderr.startswith("FATAL: the idempotency table")
+    assert effects_count() == len(keys), "each key ran once, and nothing else ran"
+    assert report["status"] == "failing"
+    assert report["checks"]["idempotency_store"]["status"] == "failing"
+    for refused in (new_key, retry):
+        assert refused["isError"] is True
+        assert refused["_meta"]["error"]["category"] == "transient"
+        assert "must be restarted on a table it can trust" in refused["content"][0]["text"]
+
+
+@sqlite_project
+@pytest.mark.network
+def test_readyz_fails_once_the_table_is_deleted(subprocess_env: dict[str, str], data_dir: Path) -> None:
+    with http_server(subprocess_env) as (url, _):
+        before = get(url, READYZ_PATH)
+        (data_dir / DB_FILENAME).unlink()
+        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        after = get(url, READYZ_PATH)
+        while after[0] == 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            after = get(url, READYZ_PATH)
+        report = anyio.run(health_over_http, url)
+
+    assert before[0] == 200, before
+    assert after[0] == 503, after
+    assert "deleted" in after[1]["failing"]["idempotency_store"]["detail"]
+    assert report["checks"]["idempotency_store"]["status"] == "failing"
+
+
+async def health_over_http(url: str) -> dict[str, Any]:
+    async with Client(url) as client:
+        result = await client.call_tool("health_check", {})
+    report: dict[str, Any] = result.structured_content or {}
+    return report

@@ -19,7 +19,7 @@ from mcp.types import CallToolResult, TextContent
 from http_support import STATELESS, client_with_token, post
 from oauth_issuer import serve_issuer
 from sample_tools.effects import effects_count
-from support import SAMPLE_TOOLS, free_port, http_server, server_env
+from support import SAMPLE_TOOLS, free_port, http_server, postgres_project, server_env
 
 pytestmark = [pytest.mark.network, pytest.mark.anyio]
 
@@ -101,6 +101,7 @@ async def test_a_key_another_subject_holds_is_neither_a_conflict_nor_a_hint(
     assert effects_count() == 4
 
 
+@postgres_project
 async def test_two_replicas_keep_each_subjects_key_apart(data_dir: Path, tmp_path: Path) -> None:
     env = {**bearer_env(data_dir, tmp_path), **STATELESS}
     arguments = {**CHARGE, "idempotency_key": "order-4:charge"}

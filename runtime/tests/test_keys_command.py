@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from idempotency_support import new_store, release_worker, start_worker, wait_for_line
-from resilient_mcp import _keys as keys
+from resilient_mcp.commands import keys
 from resilient_mcp.commands.cli import owner_code
 from resilient_mcp.store import LOCAL_CALLER, Claim, IdempotencyStore, fingerprint
 from sample_server.project import ENV_PREFIX, IDEMPOTENCY_BACKEND, SLUG

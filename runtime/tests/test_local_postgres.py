@@ -16,12 +16,13 @@ import pytest
 
 from sample_server.project import ENV_PREFIX
 
-LOCAL_POSTGRES = Path(__file__).with_name("local_postgres.py")  # what `nox -s db` runs
+LOCAL_POSTGRES = [sys.executable, "-m", "resilient_mcp.testing.local_postgres"]  # what `nox -s db` runs
+SAMPLE_PROJECT = Path(__file__).with_name("sample_project")  # `nox -s db` runs in the project's folder
 
 
 def local_postgres(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(LOCAL_POSTGRES), *args], capture_output=True, text=True, timeout=120, check=False
+        [*LOCAL_POSTGRES, *args], cwd=SAMPLE_PROJECT, capture_output=True, text=True, timeout=120, check=False
     )
 
 

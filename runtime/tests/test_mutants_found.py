@@ -23,11 +23,11 @@ from mcp.server.mcpserver.exceptions import UnexpectedToolError
 from starlette.types import Message, Receive, Scope, Send
 
 from idempotency_support import MakeStore
-from resilient_mcp import _idempotent_call
 from resilient_mcp.authoring.checks import Check
 from resilient_mcp.authoring.errors import FatalError, Part, PartialResult, ResultTooLargeError
 from resilient_mcp.authoring.outcomes import Attempts, partial_failure
 from resilient_mcp.authoring.settings import CoreSettings
+from resilient_mcp.calls import idempotent_call
 from resilient_mcp.calls.fatal_exit import FatalExit
 from resilient_mcp.calls.idempotent_call import HeldKey, claim_key
 from resilient_mcp.calls.request_state import check_shared_request_state
@@ -246,7 +246,7 @@ async def test_a_reconcile_that_fails_or_hangs_past_its_bound_leaves_the_key_in_
     store: IdempotencyStore, how: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Taken for "not done", the key would be freed and the retry would run the effect again.
-    monkeypatch.setattr(_idempotent_call, "RECONCILE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(idempotent_call, "RECONCILE_TIMEOUT_S", 0.2)
     await store.claim(TOOL, "k", FP, 60.0)
     await store.mark_started(TOOL, "k")
     await store.mark_in_doubt(TOOL, "k", "timed out")

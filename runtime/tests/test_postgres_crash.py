@@ -29,7 +29,7 @@ from resilient_mcp.authoring.errors import StoreUnavailableError
 from resilient_mcp.commands.diagnose import MODERN, open_session, with_envelope
 from resilient_mcp.store.postgres import PostgresStore
 from sample_tools.effects import effects_count, effects_log
-from support import ANSWER_TIMEOUT_S, SAMPLE_TOOLS, StdioSession, server_argv, server_env
+from support import ANSWER_TIMEOUT_S, SAMPLE_TOOLS, StdioSession, postgres_project, server_argv, server_env
 
 CRASHES = ["a_backend", "the_postmaster"]
 RETRY_FOR_S = 60.0  # a client retrying transient answers while the database comes back
@@ -87,6 +87,7 @@ def category(result: dict[str, Any]) -> str | None:
     return None if error is None else str(error["category"])
 
 
+@postgres_project  # the server's own table: a postgres project's
 @pytest.mark.parametrize("then", ["server_killed", "server_stopped"])
 @pytest.mark.parametrize("how", CRASHES)
 def test_a_call_whose_body_began_is_never_run_again_after_the_database_crashed(
@@ -114,6 +115,7 @@ def test_a_call_whose_body_began_is_never_run_again_after_the_database_crashed(
     assert effects_count() == 1, "the charge ran a second time"
 
 
+@postgres_project  # the server's own table: a postgres project's
 @pytest.mark.parametrize("tool", ["charge", "charge_async"])
 @pytest.mark.parametrize("how", CRASHES)
 def test_a_success_already_answered_is_replayed_after_the_database_crashed(
@@ -134,6 +136,7 @@ def test_a_success_already_answered_is_replayed_after_the_database_crashed(
     assert effects_count() == 1
 
 
+@postgres_project  # the server's own table: a postgres project's
 def test_keys_sent_to_two_servers_at_once_run_once_while_the_database_and_a_server_crash(
     crashable_postgres: PostgresServer, crash_env: dict[str, str]
 ) -> None:

@@ -1,4 +1,5 @@
-"""The public API is what `<package>.core` exports; everything else in core/ is private by name."""
+"""The public API is `resilient_mcp.__all__` (a project re-exports it from `<package>.core`);
+every other module of the library is internal, and the library imports no project's module."""
 
 from __future__ import annotations
 
@@ -8,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
-import resilient_mcp as core
+import resilient_mcp
+import sample_server.core
 from resilient_mcp.server.app import create_server
 from resilient_mcp.server.startup import load_settings
 from sample_server import tools as project_tools
+from sample_server.project import PACKAGE
 from sample_server.settings import Settings
-
-# Modules of the package outside core/ that core/ may import: template-owned, written at copy time.
-TEMPLATE_MODULES_BESIDE_CORE = {"project"}
 
 # A change here is a change owners see: say it in the CHANGELOG's Upgrading notes.
 PUBLIC_API = {
@@ -41,72 +41,99 @@ PUBLIC_API = {
     "shared",
     "tool",
 }
-# Modules kept so that code written against template 0.2 and older still imports.
-COMPATIBILITY_MODULES = {"server", "settings"}
+# What a project's own `project.py` builds and hands to the library: the library's, not the tools'.
+PROJECT_API = {"Project"}
+# The library's rooms, lowest first (resilient_mcp/__init__.py): a new one is a decision, made here.
+ROOMS = {
+    "project",
+    "sdk_fence",
+    "telemetry",
+    "authoring",
+    "store",
+    "calls",
+    "stdio",
+    "http",
+    "server",
+    "commands",
+    "testing",
+}
+LIBRARY_DIR = Path(resilient_mcp.__file__).parent
 
 
 @pytest.mark.smoke
 def test_the_public_api_is_exactly_the_pinned_names() -> None:
-    assert set(core.__all__) == PUBLIC_API
+    assert set(resilient_mcp.__all__) == PUBLIC_API | PROJECT_API
+    for name in PUBLIC_API | PROJECT_API:
+        assert getattr(resilient_mcp, name) is not None
+
+
+def test_a_projects_core_re_exports_the_same_objects() -> None:
+    assert set(sample_server.core.__all__) == PUBLIC_API
     for name in PUBLIC_API:
-        assert getattr(core, name) is not None
+        assert getattr(sample_server.core, name) is getattr(resilient_mcp, name), name
 
 
-def test_every_other_module_of_core_is_private_by_name() -> None:
-    public = {info.name for info in pkgutil.iter_modules(core.__path__) if not info.name.startswith("_")}
-    assert public == COMPATIBILITY_MODULES
+def test_the_library_is_the_pinned_rooms() -> None:
+    assert {info.name for info in pkgutil.iter_modules(resilient_mcp.__path__)} == ROOMS
 
 
-def test_the_compatibility_modules_export_the_public_objects() -> None:
-    from resilient_mcp import server, settings
-
-    assert server.ResilientServer is core.ResilientServer
-    assert settings.CoreSettings is core.CoreSettings
-
-
-def test_the_core_imports_no_owner_module() -> None:
-    """settings.py and tools/ are the owner's: the entry point hands them in, so the core has no
-    import circle through them and an owner's edit there cannot break its import order."""
-    core_dir = Path(core.__file__).parent
+def test_the_library_imports_no_project_module() -> None:
+    """A project's settings.py and tools/ are handed in by its command (`run(PROJECT, argv)`) or
+    loaded by the name in its `Project`: the library names no project, so no owner's edit can
+    break its import order."""
     reached: set[str] = set()
-    for path in core_dir.rglob("*.py"):
-        depth = len(path.relative_to(core_dir).parts)  # core/x.py is 1, core/_idempotency/x.py is 2
+    for path in LIBRARY_DIR.rglob("*.py"):
+        depth = len(path.relative_to(LIBRARY_DIR).parts)  # x.py is 1, store/x.py is 2
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.level > depth:  # above core/
-                names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-                reached.update(f"{path.name}: {name}" for name in names)
-    outside = {entry for entry in reached if entry.split(": ")[1] not in TEMPLATE_MODULES_BESIDE_CORE}
-    assert not outside, f"core/ imports owner modules: {sorted(outside)}"
+            if isinstance(node, ast.ImportFrom) and node.level > depth:  # above resilient_mcp/
+                reached.add(f"{path.name}: {'.' * node.level}{node.module or ''}")
+            absolute = (
+                [node.module]
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                else [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            reached.update(f"{path.name}: {name}" for name in absolute if name.split(".")[0] == PACKAGE)
+    assert not reached, f"the library imports project modules: {sorted(reached)}"
 
 
-def core_imports() -> dict[str, set[str]]:
-    """Each core module (`_server`, `_idempotency.sql`, ...) and the core modules it imports, at
-    any place in the file: inside functions and under `if TYPE_CHECKING:` too."""
-    core_dir = Path(core.__file__).parent
+def library_imports() -> dict[str, set[str]]:
+    """Each module of the library (`server.app`, `store.sql`, `store` for its `__init__`, ...) and
+    the library's modules it imports, at any place in the file: inside functions and under
+    `if TYPE_CHECKING:` too. `from resilient_mcp.store import sql` imports `store.sql`."""
     modules = {
-        ".".join(path.relative_to(core_dir).with_suffix("").parts).removesuffix(".__init__"): path
-        for path in core_dir.rglob("*.py")
+        ".".join(path.relative_to(LIBRARY_DIR).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in LIBRARY_DIR.rglob("*.py")
     }
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not isinstance(node, ast.ImportFrom) or node.level == 0:
+            if isinstance(node, ast.Import):
+                targets = [alias.name.removeprefix("resilient_mcp.") for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module != "resilient_mcp" and not node.module.startswith("resilient_mcp."):
+                    continue
+                base = node.module.removeprefix("resilient_mcp").removeprefix(".")
+                targets = [".".join(filter(None, [base, alias.name])) for alias in node.names]
+                targets = [target if target in graph else base for target in targets]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package[: len(package) - (node.level - 1)])
+                targets = [".".join(filter(None, [base, node.module]))] if node.module else []
+                targets += [".".join(filter(None, [base, alias.name])) for alias in node.names]
+            else:
                 continue
-            base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
-            targets = [node.module] if node.module else [alias.name for alias in node.names]
-            for target in targets:
-                imported = ".".join([*base, *target.split(".")]).removeprefix(".")
-                if imported in graph and imported != name:
-                    graph[name].add(imported)
+            graph[name].update(target for target in targets if target in graph and target != name)
     return graph
 
 
-def test_no_two_core_modules_import_each_other_even_for_types() -> None:
-    """The core's modules stand in layers (docs/architecture.md): a module that imports one above
+def test_no_two_library_modules_import_each_other_even_for_types() -> None:
+    """The library's modules stand in layers (docs/architecture.md): a module that imports one above
     it, even for a type only, makes a circle, and the route of a call harder to follow."""
-    graph = core_imports()
-    assert "_tool_call" in graph["_server"], "the scan reads the imports"
+    graph = library_imports()
+    assert "calls.tool_call" in graph["server.resilient_server"], "the scan reads the imports"
+    assert "store" in graph["server.app"], "the scan reads a package's own imports"
 
     def reaches(start: str, goal: str) -> bool:
         seen, todo = set(), [start]
@@ -125,14 +152,14 @@ def test_no_two_core_modules_import_each_other_even_for_types() -> None:
 
 @pytest.mark.anyio
 async def test_a_tool_reads_the_settings_the_server_was_built_with() -> None:
-    class OtherSettings(core.CoreSettings):
+    class OtherSettings(resilient_mcp.CoreSettings):
         pass
 
     server = create_server(load_settings(Settings), project_tools)
     try:
-        assert core.current_settings(Settings) is server.app_settings
-        assert core.current_settings() is server.app_settings
+        assert resilient_mcp.current_settings(Settings) is server.app_settings
+        assert resilient_mcp.current_settings() is server.app_settings
         with pytest.raises(TypeError, match="built with Settings, not OtherSettings"):
-            core.current_settings(OtherSettings)
+            resilient_mcp.current_settings(OtherSettings)
     finally:
         await server.store.close()

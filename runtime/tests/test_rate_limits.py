@@ -32,7 +32,7 @@ import anyio
 from pydantic import Field
 
 from {package}.core import tool
-from {package}.core._startup import load_settings
+from resilient_mcp.server.startup import load_settings
 from {package}.settings import Settings
 
 Name = Annotated[str, Field(description="Marker name")]

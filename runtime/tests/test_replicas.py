@@ -17,6 +17,7 @@ from support import (
     SAMPLE_TOOLS,
     StdioSession,
     http_server,
+    postgres_project,
     server_argv,
 )
 
@@ -54,6 +55,7 @@ def test_the_same_key_sent_to_two_replicas_runs_once(subprocess_env: dict[str, s
         assert retry["_meta"]["idempotency"]["replayed"] is True
 
 
+@postgres_project
 @pytest.mark.network
 @pytest.mark.anyio
 async def test_stateless_http_replicas_on_one_database_run_a_key_once(subprocess_env: dict[str, str]) -> None:
@@ -85,6 +87,7 @@ async def test_stateless_http_replicas_on_one_database_run_a_key_once(subprocess
             assert answer.meta["error"]["category"] == "conflict"
 
 
+@postgres_project
 @pytest.mark.network
 def test_a_legacy_session_begun_on_one_stateless_replica_goes_on_on_another(
     subprocess_env: dict[str, str],

@@ -40,8 +40,10 @@ from support import (
     server_argv,
     server_env,
 )
+from template_files import rendered_for_the_sample_project, template_source
 
-DEPLOY = Path(__file__).parents[2] / "deploy" / "observability"
+ALERT_RULES = "deploy/observability/prometheus-alerts.yml"
+DASHBOARD = "deploy/observability/grafana-dashboard.json"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_SPAN_ID}-01"
@@ -286,8 +288,8 @@ def test_metrics_count_a_known_mix_of_calls(data_dir: Path) -> None:
     assert sample(limited, "mcp_server_rate_limited_total", gen_ai_tool_name="echo") == 1
     assert sample(limited, calls, gen_ai_tool_name="echo", mcp_tool_category="rate_limited") == 1
     assert sample(limited, calls, gen_ai_tool_name="echo", mcp_tool_category="ok") == 1
-    used = re.findall(r"\bmcp_server_\w+", (DEPLOY / "prometheus-alerts.yml").read_text())
-    used += re.findall(r"\bmcp_server_\w+", (DEPLOY / "grafana-dashboard.json").read_text())
+    used = re.findall(r"\bmcp_server_\w+", rendered_for_the_sample_project(ALERT_RULES))
+    used += re.findall(r"\bmcp_server_\w+", template_source(DASHBOARD))
     lines = (metrics + limited).splitlines()
     exposed = {line.split("{")[0].split(" ")[0] for line in lines if line.startswith("mcp_")}
     assert set(used) <= exposed, set(used) - exposed
@@ -344,7 +346,8 @@ def test_metrics_count_reads_prompt_gets_and_completions_like_tool_calls(data_di
 
 @needs_promtool
 def test_the_alert_rules_pass_promtool_and_fire_on_keys_in_doubt_and_dropped_lines(tmp_path: Path) -> None:
-    rules = DEPLOY / "prometheus-alerts.yml"
+    rules = tmp_path / "prometheus-alerts.yml"
+    rules.write_text(rendered_for_the_sample_project(ALERT_RULES), encoding="utf-8")
     checked = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, check=False)
     assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
     test = tmp_path / "alerts-test.yml"

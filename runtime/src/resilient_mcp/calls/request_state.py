@@ -19,9 +19,10 @@ def request_state_security(settings: CoreSettings) -> RequestStateSecurity | Non
 def check_shared_request_state(settings: CoreSettings) -> None:
     """Stateless replicas must share keys: each one's own key refuses the state another sealed."""
     if settings.http_stateless and not settings.request_state_keys:
+        prefix = this_project().env_prefix
         raise FatalError(
-            f"{this_project().env_prefix}HTTP_STATELESS=true needs {this_project().env_prefix}REQUEST_STATE_KEYS, or a confirmation "
+            f"{prefix}HTTP_STATELESS=true needs {prefix}REQUEST_STATE_KEYS, or a confirmation "
             "begun on one replica is refused by the next",
-            f"set {this_project().env_prefix}REQUEST_STATE_KEYS to the same secret on every replica; "
+            f"set {prefix}REQUEST_STATE_KEYS to the same secret on every replica; "
             f"make one with {MAKE_A_REQUEST_STATE_KEY}",
         )

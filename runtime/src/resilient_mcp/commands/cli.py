@@ -151,13 +151,14 @@ def no_collection_until_serving() -> Iterator[None]:
 
 def terminal_hint() -> str:
     """What someone who typed the command in a terminal needs: it serves MCP on stdin, not a prompt."""
+    slug = this_project().slug
     return (
-        f"{this_project().slug} is serving MCP over stdio: it waits for an MCP client's JSON-RPC on stdin, "
+        f"{slug} is serving MCP over stdio: it waits for an MCP client's JSON-RPC on stdin, "
         "not for typed commands.\n"
-        f"  Try it:  {this_project().slug} diagnose   (starts it, handshakes, prints one JSON report)\n"
-        f"           {this_project().slug} dev --http   (the MCP Inspector on it, restarted on each edit)\n"
-        f"           npx @modelcontextprotocol/inspector {this_project().slug}   (the MCP Inspector, in a browser)\n"
-        f"  Use it:  {this_project().slug} client-config claude-desktop --install   (or claude-code, cursor, vscode)\n"
+        f"  Try it:  {slug} diagnose   (starts it, handshakes, prints one JSON report)\n"
+        f"           {slug} dev --http   (the MCP Inspector on it, restarted on each edit)\n"
+        f"           npx @modelcontextprotocol/inspector {slug}   (the MCP Inspector, in a browser)\n"
+        f"  Use it:  {slug} client-config claude-desktop --install   (or claude-code, cursor, vscode)\n"
         "  Stop it: Ctrl+D (end of input) or Ctrl+C\n"
     )
 

@@ -102,10 +102,11 @@ def config_for(
         )
     if client == "claude-code":
         entry = {"type": "http", "url": http_url} if http_url else {"type": "stdio", **stdio}
+        slug = this_project().slug
         command = (
-            f"claude mcp add --transport http --scope project {this_project().slug} {http_url}"
+            f"claude mcp add --transport http --scope project {slug} {http_url}"
             if http_url
-            else f"claude mcp add --scope project {this_project().slug} -- {launch.command} {' '.join(launch.args)}"
+            else f"claude mcp add --scope project {slug} -- {launch.command} {' '.join(launch.args)}"
         )
         return ClientConfig(
             {"mcpServers": {this_project().slug: entry}},
@@ -199,7 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         and http_url is None
     ):
         sys.stderr.write(
-            f"# its {this_project().env_prefix}DATABASE_URL is a placeholder: export the real one and run this again\n"
+            f"# its {this_project().env_prefix}DATABASE_URL is a placeholder: "
+            "export the real one and run this again\n"
         )
     return 0
 

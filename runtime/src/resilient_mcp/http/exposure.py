@@ -58,10 +58,11 @@ def check_exposure(settings: CoreSettings, host: str) -> None:
             "(e.g. mcp.example.com,mcp.example.com:8000)",
         )
     if settings.auth == "none" and not settings.allow_unauthenticated:
+        prefix = this_project().env_prefix
         raise FatalError(
-            f"{this_project().env_prefix}AUTH=none on a bind to {host} lets anyone on the network call the tools",
-            f"set {this_project().env_prefix}AUTH=bearer (with {this_project().env_prefix}BEARER_TOKEN) or oauth, or "
-            f"{this_project().env_prefix}ALLOW_UNAUTHENTICATED=true if a proxy in front authenticates",
+            f"{prefix}AUTH=none on a bind to {host} lets anyone on the network call the tools",
+            f"set {prefix}AUTH=bearer (with {prefix}BEARER_TOKEN) or oauth, or "
+            f"{prefix}ALLOW_UNAUTHENTICATED=true if a proxy in front authenticates",
         )
 
 

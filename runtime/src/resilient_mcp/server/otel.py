@@ -185,7 +185,8 @@ def start_telemetry(server: ResilientServer, env: Mapping[str, str] = os.environ
         )
         raise FatalError(
             f"{asked} needs the otel extra, which is not installed (no {missing})",
-            f"pip install '{this_project().slug}[otel]' (or uv pip install '{this_project().slug}[otel]'), or unset it",
+            f"pip install '{this_project().slug}[otel]'"
+            f" (or uv pip install '{this_project().slug}[otel]'), or unset it",
         )
     telemetry = Telemetry(server, plan)
     telemetry.start(env)
@@ -318,7 +319,8 @@ class Telemetry:
             self._listener = start_http_server(port, addr=host)
         except OSError as exc:
             raise FatalError(
-                f"{this_project().env_prefix}METRICS_ADDRESS {host}:{port} cannot be bound ({exc.strerror or exc})",
+                f"{this_project().env_prefix}METRICS_ADDRESS {host}:{port} cannot be bound"
+                f" ({exc.strerror or exc})",
                 "pick a free port, or an address this machine has",
             ) from None
         if not _is_loopback(host):

@@ -39,7 +39,8 @@ def _matches(name: str, patterns: list[str]) -> bool:
 def _check_patterns(setting: str, patterns: list[str], names: list[str]) -> None:
     for pattern in patterns:
         if not any(fnmatchcase(name, pattern) for name in names):
+            variable = f"{this_project().env_prefix}{setting}"
             raise FatalError(
-                f"{this_project().env_prefix}{setting} pattern {pattern!r} matches no tool (declared: {', '.join(names)})",
-                f"fix or remove it in {this_project().env_prefix}{setting} (comma-separated names or globs like 'notes_*')",
+                f"{variable} pattern {pattern!r} matches no tool (declared: {', '.join(names)})",
+                f"fix or remove it in {variable} (comma-separated names or globs like 'notes_*')",
             )

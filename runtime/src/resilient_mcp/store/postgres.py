@@ -194,7 +194,8 @@ class PostgresStore(SQLStore):
         return FatalError(
             f"the idempotency tables in {describe_dsn(self._require_dsn())} cannot be created or written"
             f" ({reason})",
-            f"let the user in {this_project().env_prefix}DATABASE_URL create tables, or point it to another database",
+            f"let the user in {this_project().env_prefix}DATABASE_URL create tables,"
+            " or point it to another database",
         )
 
     def _newer_schema(self, version: int) -> FatalError:
