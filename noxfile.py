@@ -1,5 +1,5 @@
-"""Checks of this repository: `nox` runs lint, the runtime library's checks and suite, then the
-template's tests and the generated ones."""
+"""Checks of this repository: `nox` runs lint (the repository's, then the runtime library's), then
+every test: the template's, the generated projects' and the library's own suite."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import nox
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "runtime", "all"]
+nox.options.sessions = ["lint", "runtime_lint", "all"]
 
 ROOT = Path(__file__).resolve().parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
@@ -47,18 +47,30 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session
-def runtime(session: nox.Session) -> None:
-    """The runtime library (runtime/): ruff, mypy --strict, its layers, and its suite in both variants."""
-    session.install("-e", f"{RUNTIME}[postgres,otel]", "-e", str(RUNTIME / "tests" / "sample_project"))
-    session.install(*RUNTIME_TEST_DEPS)
-    session.chdir(RUNTIME)
+def runtime_lint(session: nox.Session) -> None:
+    """The runtime library (runtime/): ruff, mypy --strict, and its layers (import-linter)."""
+    install_runtime_suite(session)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
     session.run("lint-imports")  # the rooms layered, no circles
+
+
+@nox.session(default=False)
+def runtime(session: nox.Session) -> None:
+    """The runtime library's suite in both variants (`nox` runs them in `all`, beside the others:
+    tests/test_runtime_suite.py); arguments go to pytest."""
+    install_runtime_suite(session)
     for variant, env in RUNTIME_VARIANTS.items():
         session.log(f"The library's suite, {variant}")
         session.run("pytest", "-n", "2", "--durations=10", *session.posargs, env=env)
+
+
+def install_runtime_suite(session: nox.Session) -> None:
+    """The library and its stand-in project, editable, with what the suite and its checks need."""
+    session.install("-e", f"{RUNTIME}[postgres,otel]", "-e", str(RUNTIME / "tests" / "sample_project"))
+    session.install(*RUNTIME_TEST_DEPS)
+    session.chdir(RUNTIME)
 
 
 # pytest-xdist workers, one per core of the 2-core machines this runs on: the generated tests keep
