@@ -1,82 +1,22 @@
-"""A real PostgreSQL for the tests: one server per session, a fresh schema per test.
-
-The server is `SAMPLE_SERVER_TEST_DATABASE_URL` when set; else it is started here with
-`pgserver` (a dev dependency) or, where pgserver does not install, the `initdb` and
-`pg_ctl` of an installed PostgreSQL. With none of them the tests fail, saying so: a
-postgres project never passes without testing postgres.
+"""A real PostgreSQL for the tests: one server per session and a fresh schema per test, as the
+library gives every project (`resilient_mcp.testing.postgres`: `SAMPLE_SERVER_TEST_DATABASE_URL`,
+else pgserver or an installed PostgreSQL), and servers of a module's own that a test may crash.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import signal
-import tempfile
 import time
-import uuid
-import warnings
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
-from idempotency_support import TEST_DSN, TEST_DSN_VARIABLE
-from resilient_mcp.testing.local_postgres import (
-    LocalPostgres,
-    installed_binaries,
-    pgserver_dir,
-    reachable_by_others,
-)
+from resilient_mcp.testing.local_postgres import LocalPostgres, installed_binaries
+from resilient_mcp.testing.postgres import postgres_dsn, postgres_schema_dsn
 
-
-@pytest.fixture(scope="session")
-def postgres_dsn() -> Iterator[str]:
-    """A PostgreSQL server for the whole session."""
-    if TEST_DSN:
-        yield TEST_DSN
-        return
-    with contextlib.ExitStack() as stack:
-        dsn = _start_with_pgserver(stack) or _start_with_pg_ctl(stack)
-        if dsn is None:
-            root = " in a folder other users can reach (as root, PostgreSQL runs as another user)"
-            pytest.fail(
-                f"no PostgreSQL to test with: set {TEST_DSN_VARIABLE}, install pgserver,"
-                f" or install PostgreSQL (initdb and pg_ctl){root if os.geteuid() == 0 else ''}"
-            )
-        yield dsn
-
-
-def _start_with_pgserver(stack: contextlib.ExitStack) -> str | None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        try:
-            from pgserver.postgres_server import get_server
-        except ImportError:
-            return None
-    if os.geteuid() == 0 and not reachable_by_others(Path(pgserver_dir())):
-        return None  # as root, pgserver runs PostgreSQL as another user, who cannot start it there
-    # Not under pytest's private tmp: as root, pgserver runs PostgreSQL as another user.
-    pgdata = Path(tempfile.mkdtemp(prefix="pgserver-"))
-    stack.callback(shutil.rmtree, pgdata, ignore_errors=True)
-    server = get_server(pgdata, cleanup_mode="delete")
-    stack.callback(server.cleanup)
-    uri: str = server.get_uri()
-    return uri
-
-
-def _start_with_pg_ctl(stack: contextlib.ExitStack) -> str | None:
-    """An installed PostgreSQL's binaries, on a private unix socket; never as root."""
-    bin_dir = installed_binaries()
-    if bin_dir is None:
-        return None
-    server = PostgresServer(bin_dir)
-    stack.callback(server.stop)
-    server.start()
-    return server.dsn
+__all__ = ["PostgresServer", "crashable_postgres", "postgres_dsn", "postgres_schema_dsn"]
 
 
 class PostgresServer(LocalPostgres):
@@ -132,14 +72,3 @@ def crashable_postgres() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture
-def postgres_schema_dsn(postgres_dsn: str) -> Iterator[str]:
-    """A DSN whose search_path is a fresh, empty schema: the test's own database."""
-    schema = f"test_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    yield make_conninfo(postgres_dsn, options=f"-c search_path={schema}")
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))

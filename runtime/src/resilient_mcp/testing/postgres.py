@@ -38,11 +38,20 @@ def dsn_variable() -> str:
     return f"{this_project().env_prefix}TEST_DATABASE_URL"
 
 
+_GIVEN: dict[str, str] = {}  # the variable as the session found it
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Read the variable before any test runs: tests wipe the project's variables, and the server
+    may first be asked for inside one."""
+    _GIVEN[dsn_variable()] = os.environ.get(dsn_variable(), "")
+
+
 @pytest.fixture(scope="session")
 def postgres_dsn() -> Iterator[str]:
-    """A PostgreSQL server for the whole session (set up before any test wipes the environment)."""
+    """A PostgreSQL server for the whole session."""
     variable = dsn_variable()
-    given = os.environ.get(variable, "")
+    given = _GIVEN.get(variable) or os.environ.get(variable, "")
     if given:
         yield given
         return
