@@ -317,7 +317,9 @@ def test_standard_library_list_holds_only_modules_of_the_supported_pythons() -> 
     assert stale == set(), f"no supported Python has these; drop them: {sorted(stale)}"
 
 
-def test_project_layout_list_holds_every_module_of_the_tests_folder(rendered_project: Callable[[str], Path]) -> None:
+def test_project_layout_list_holds_every_module_of_the_tests_folder(
+    rendered_project: Callable[[str], Path],
+) -> None:
     """pytest puts tests/ first on sys.path to import its modules: a package of one of their names
     would be shadowed in the project's own tests."""
     modules = {
