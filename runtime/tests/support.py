@@ -6,7 +6,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -14,12 +14,13 @@ from typing import IO, Any
 import pytest
 from mcp.types import CallToolResult, TextContent
 
-from resilient_mcp.commands.diagnose import RawStdioSession, unbuffered_free_env
+from resilient_mcp.commands.diagnose import unbuffered_free_env
+from resilient_mcp.testing.stdio import ANSWER_TIMEOUT_S as ANSWER_TIMEOUT_S  # the tests take it from here
+from resilient_mcp.testing.stdio import HostSession
 from sample_server.project import ENV_PREFIX, IDEMPOTENCY_BACKEND, PACKAGE
 
-# How long a test waits for a server to start, answer or exit: generous, because on a loaded
-# machine two servers starting together took over 10 s to answer. Waiting is never what a test checks.
-ANSWER_TIMEOUT_S = 60.0
+# The server over stdio in raw JSON-RPC, with generous time limits: what every project's tests get.
+StdioSession = HostSession
 
 HERE = Path(__file__).parent
 SAMPLE_TOOLS = HERE / "sample_tools"
@@ -96,28 +97,6 @@ def http_server(
         if process.poll() is None:
             process.terminate()
         process.communicate(timeout=ANSWER_TIMEOUT_S)
-
-
-class StdioSession(RawStdioSession):
-    """The server over stdio in raw JSON-RPC, with the tests' generous time limits as defaults."""
-
-    def request(
-        self, method: str, params: Mapping[str, Any] | None = None, *, timeout: float = ANSWER_TIMEOUT_S
-    ) -> dict[str, Any]:
-        return super().request(method, params, timeout=timeout)
-
-    def wait_for(self, request_id: object, *, timeout: float = ANSWER_TIMEOUT_S) -> dict[str, Any]:
-        return super().wait_for(request_id, timeout=timeout)
-
-    def close(self, timeout: float = ANSWER_TIMEOUT_S) -> int | None:
-        return super().close(timeout)
-
-    def __enter__(self) -> StdioSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.process.poll() is None:
-            self.close()
 
 
 def error_of(result: CallToolResult) -> tuple[str, dict[str, Any]]:
