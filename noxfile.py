@@ -1,4 +1,5 @@
-"""Checks of this template repository: `nox` runs lint, then the template's tests and the generated ones."""
+"""Checks of this repository: `nox` runs lint (the repository's, then the runtime library's), then
+every test: the template's, the generated projects' and the library's own suite."""
 
 from __future__ import annotations
 
@@ -12,13 +13,28 @@ import nox
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "all"]
+nox.options.sessions = ["lint", "runtime_lint", "all"]
 
 ROOT = Path(__file__).resolve().parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 TEST_DEPS = nox.project.dependency_groups(PYPROJECT, "test")
 LINT_DEPS = nox.project.dependency_groups(PYPROJECT, "lint")
 OWN_PYTHON = ["tests", "noxfile.py"]  # template/ holds Jinja: it is checked through rendered projects
+RUNTIME = ROOT / "runtime"
+# The library's suite serves a stand-in project, installed editable beside the library: the dev
+# group names both, which only `uv sync` resolves (tool.uv.sources); nox installs them by path.
+LOCAL_DISTRIBUTIONS = ("resilient-mcp", "sample-server")
+RUNTIME_TEST_DEPS = [
+    requirement
+    for requirement in nox.project.dependency_groups(nox.project.load_toml(RUNTIME / "pyproject.toml"), "dev")
+    if not requirement.startswith(LOCAL_DISTRIBUTIONS)
+]
+# The stand-in project's answers (tests/sample_project/.../project.py): the two sets the template's
+# projects are generated with, the postgres one also testing the store on SQLite.
+RUNTIME_VARIANTS = {
+    "sqlite, strict": {"SAMPLE_PROJECT_BACKEND": "sqlite", "SAMPLE_PROJECT_STRICT": "true"},
+    "postgres, lenient": {"SAMPLE_PROJECT_BACKEND": "postgres", "SAMPLE_PROJECT_STRICT": "false"},
+}
 
 
 @nox.session
@@ -28,6 +44,33 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", *OWN_PYTHON, *session.posargs)
     session.run("ruff", "format", "--check", *OWN_PYTHON)
     session.run("mypy")
+
+
+@nox.session
+def runtime_lint(session: nox.Session) -> None:
+    """The runtime library (runtime/): ruff, mypy --strict, and its layers (import-linter)."""
+    install_runtime_suite(session)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+    session.run("lint-imports")  # the rooms layered, no circles
+
+
+@nox.session(default=False)
+def runtime(session: nox.Session) -> None:
+    """The runtime library's suite in both variants (`nox` runs them in `all`, beside the others:
+    tests/test_runtime_suite.py); arguments go to pytest."""
+    install_runtime_suite(session)
+    for variant, env in RUNTIME_VARIANTS.items():
+        session.log(f"The library's suite, {variant}")
+        session.run("pytest", "-n", "2", "--durations=10", *session.posargs, env=env)
+
+
+def install_runtime_suite(session: nox.Session) -> None:
+    """The library and its stand-in project, editable, with what the suite and its checks need."""
+    session.install("-e", f"{RUNTIME}[postgres,otel]", "-e", str(RUNTIME / "tests" / "sample_project"))
+    session.install(*RUNTIME_TEST_DEPS)
+    session.chdir(RUNTIME)
 
 
 # pytest-xdist workers, one per core of the 2-core machines this runs on: the generated tests keep
@@ -71,7 +114,12 @@ def demo(session: nox.Session) -> None:
     # server's JSON log lines (one per call) out of the way of what the client shows.
     data_dir = project.parent / "demo-data"
     env = {f"{prefix}DATA_DIR": str(data_dir), f"{prefix}LOG_LEVEL": "warning"}
-    session.install("-e", str(project))
+    # The project depends on resilient-mcp at this checkout's version, which PyPI may not have yet:
+    # its wheel, built from the work tree, is where the install finds it first.
+    wheels = library_wheel(session, Path(session.create_tmp()) / "wheels")
+    # uv keeps a wheel by version: the one just built replaces any cached one of the same version.
+    fresh = ["--reinstall-package", "resilient-mcp"] if session.venv_backend == "uv" else []
+    session.install(*fresh, "-e", str(project), env=wheels)
     command = Path(session.bin) / slug
     session.run(slug, "check", env=env)
     # One JSON report: handshake in both protocol eras, tools/list size, health_check.
@@ -85,13 +133,28 @@ def demo(session: nox.Session) -> None:
     print(f"{setting} {executable} diagnose")
 
 
-def matrix_answers(entry: str) -> dict[str, Any]:
-    """The tests' answers for a MATRIX entry (tests/answers.py is plain data: load it as a file)."""
-    spec = importlib.util.spec_from_file_location("template_test_answers", ROOT / "tests" / "answers.py")
+def library_wheel(session: nox.Session, folder: Path) -> dict[str, str]:
+    """The runtime library's wheel built into `folder`; the environment that installs from it."""
+    module = load_tests_module("library_wheel")
+    shutil.rmtree(folder, ignore_errors=True)
+    session.log(f"Building the resilient-mcp wheel from {ROOT / 'runtime'}")
+    found: dict[str, str] = module.find_links_environ(module.build_wheel_folder(folder))
+    return found
+
+
+def load_tests_module(name: str) -> Any:
+    """A module of tests/ that imports nothing of the tests' (plain helpers), loaded as a file."""
+    spec = importlib.util.spec_from_file_location(f"template_test_{name}", ROOT / "tests" / f"{name}.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def matrix_answers(entry: str) -> dict[str, Any]:
+    """The tests' answers for a MATRIX entry (tests/answers.py is plain data: load it as a file)."""
+    module = load_tests_module("answers")
     found: dict[str, Any] = module.answers(**module.MATRIX[entry])
     return found
 
@@ -105,3 +168,73 @@ def render_entry(session: nox.Session, entry: str, destination: Path) -> Path:
         "copier", "copy", "--quiet", "--defaults", "--vcs-ref=HEAD", *data, str(ROOT), str(destination)
     )
     return destination
+
+
+# --- The runtime library's conformance runner, benchmarks and soak (runtime/) -----------------
+# They serve the library's stand-in project, runtime/tests/sample_project (package sample_server);
+# SAMPLE_PROJECT_BACKEND=postgres in the environment makes it a PostgreSQL project.
+
+RUNTIME = ROOT / "runtime"
+SAMPLE_PROJECT = RUNTIME / "tests" / "sample_project"
+PGSERVER = "pgserver>=0.1.4; python_version < '3.13'"  # a throwaway PostgreSQL for the postgres runs
+
+
+def install_runtime(session: nox.Session, *more: str) -> None:
+    """The library from this work tree (editable, every extra) and its stand-in project."""
+    session.install("-e", f"{RUNTIME}[postgres,otel]", "-e", str(SAMPLE_PROJECT), *more)
+
+
+@nox.session(default=False)
+def runtime_conformance(session: nox.Session) -> None:
+    """The MCP conformance suite against the stand-in project, both eras (npm installs it and Node 22)."""
+    install_runtime(session, "pyyaml>=6")
+    session.run("python", str(RUNTIME / "conformance" / "run.py"), *session.posargs)
+
+
+@nox.session(default=False)
+def runtime_bench(session: nox.Session) -> None:
+    """Every runtime/benchmarks/bench_*.py, or one with its options: `-- overhead --rounds 10`."""
+    install_runtime(session, PGSERVER)
+    benchmarks = RUNTIME / "benchmarks"
+    # bench_project.py finds the project for the others: it measures nothing.
+    scripts = sorted(path for path in benchmarks.glob("bench_*.py") if path.name != "bench_project.py")
+    if session.posargs:
+        names = [path.stem.removeprefix("bench_") for path in scripts]
+        if session.posargs[0] not in names:
+            session.error(f"no benchmark {session.posargs[0]!r}: pick one of {', '.join(names)}")
+        scripts = [benchmarks / f"bench_{session.posargs[0]}.py"]
+    for script in scripts:
+        options = ["--fastmcp-path", fastmcp_beside(session)] if script.name == "bench_overhead.py" else []
+        session.run("python", str(script), *options, *session.posargs[1:])
+
+
+@nox.session(default=False)
+def runtime_soak(session: nox.Session) -> None:
+    """Side effects while the stand-in server is killed at random; fails on one lost or doubled."""
+    install_runtime(session, PGSERVER)
+    session.run("python", str(RUNTIME / "benchmarks" / "soak.py"), *session.posargs)
+
+
+# Every distribution installed in the session as `name==version`, but the work tree's own.
+PINS = """
+import importlib.metadata, re
+own = {"resilient-mcp", "sample-server"}
+for dist in importlib.metadata.distributions():
+    if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() not in own:
+        print(f"{dist.metadata['Name']}=={dist.version}")
+"""
+
+
+def fastmcp_beside(session: nox.Session) -> str:
+    """FastMCP in a directory of its own, at the versions of everything the session has.
+
+    FastMCP is bench_overhead.py's point of comparison, never a dependency. Installed into
+    the session, it would bring Rich, which structlog loads whenever it is importable: the
+    server measured would no longer be the library's as it runs anywhere else.
+    """
+    target = Path(session.create_tmp()) / "fastmcp"
+    constraints = target.with_name("fastmcp-constraints.txt")
+    pins = session.run("python", "-c", PINS, silent=True)
+    constraints.write_text(str(pins), encoding="utf-8")
+    session.install("--target", str(target), "--constraint", str(constraints), "fastmcp>=4")
+    return str(target)

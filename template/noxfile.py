@@ -1,12 +1,14 @@
 # Template-owned: `copier update` replaces this file.
-"""Checks for this server: `nox` runs lint, typecheck and tests (yours and a core smoke test).
+"""Checks for this server: `nox` runs lint, typecheck and tests (yours and the smoke tests).
 
-`nox -s core` runs the template's whole core suite (tests/core); CI runs it on every push.
+The server's behaviour is the resilient-mcp library's: its own suite, benchmarks and protocol
+conformance run where it is released, not here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import re
 import shutil
@@ -50,32 +52,11 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", "--strict", *session.posargs)
 
 
-# Your tests (tests/tools) and the core tests marked `smoke`: the loop to run while you work.
-OWNER_LOOP = "not core or smoke"
-
-
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Your tests and a core smoke test (handshake, health_check, failures, stdout): the quick loop."""
+    """Your tests (tests/tools) and the smoke tests (the command as a host starts it): the quick loop."""
     session.install("-e", ".[dev]")
-    session.run("pytest", "-m", OWNER_LOOP, *session.posargs)
-
-
-@nox.session(default=False)
-def core(session: nox.Session) -> None:
-    """The template's whole core suite (tests/core): what `copier update` brings must pass here.
-
-    `nox -s core -- tests/core/test_health.py` runs only the tests named, in one process; other
-    arguments (`-x`, `-k heartbeat`) go to pytest with the whole suite, spread over every CPU
-    (pytest-xdist; `-n 0` runs it in one process).
-    """
-    session.install("-e", ".[dev]")
-    named = any(Path(arg.split("::")[0]).exists() for arg in session.posargs)
-    if named:
-        session.run("pytest", *session.posargs)
-        return
-    chosen = any(arg.startswith(("-n", "--numprocesses")) for arg in session.posargs)
-    session.run("pytest", "tests/core", *([] if chosen else ["-n", "auto"]), *session.posargs)
+    session.run("pytest", *session.posargs)
 
 
 @nox.session(default=False)
@@ -111,69 +92,18 @@ def contract(session: nox.Session) -> None:
     session.run(COMMAND, "contract", *(session.posargs or ["--check"]))
 
 
-# Rendered in postgres projects only; the same server the tests start when they have no URL.
-LOCAL_POSTGRES = Path(__file__).with_name("tests") / "core" / "local_postgres.py"
+# The postgres backend's projects depend on the library's postgres extra.
+POSTGRES = any(re.match(r"resilient-mcp\[postgres\]", dependency) for dependency in PROJECT["dependencies"])
 
 
-@nox.session(default=False, venv_backend=None if LOCAL_POSTGRES.exists() else "none")
+@nox.session(default=False, venv_backend=None if POSTGRES else "none")
 def db(session: nox.Session) -> None:
     """A local PostgreSQL (postgres backend), kept in .nox/postgres: prints the URL to export; `-- stop`."""
-    if not LOCAL_POSTGRES.exists():
+    if not POSTGRES:
         session.error("this project keeps its idempotency keys in SQLite: it needs no database server")
-    # pgserver's bundled PostgreSQL where it has wheels (as pyproject.toml's dev extra); else the system's.
-    session.install("pgserver>=0.1.4; python_version < '3.13'")
-    session.run("python", str(LOCAL_POSTGRES), *session.posargs)
-
-
-@nox.session(default=False)
-def bench(session: nox.Session) -> None:
-    """Run every benchmarks/bench_*.py, or one with its options: `nox -s bench -- overhead --rounds 10`."""
-    session.install("-e", ".[dev]")
-    scripts = sorted(Path("benchmarks").glob("bench_*.py"))
-    if session.posargs:
-        scripts = [Path("benchmarks") / f"bench_{session.posargs[0]}.py"]
-    for script in scripts:
-        options = ["--fastmcp-path", fastmcp_beside(session)] if script.name == "bench_overhead.py" else []
-        session.run("python", str(script), *options, *session.posargs[1:])
-
-
-# Every distribution installed in the session as `name==version`, but the project (argv[1]).
-PINS = """
-import importlib.metadata, re, sys
-project = re.sub(r"[-_.]+", "-", sys.argv[1]).lower()
-for dist in importlib.metadata.distributions():
-    if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() != project:
-        print(f"{dist.metadata['Name']}=={dist.version}")
-"""
-
-
-def fastmcp_beside(session: nox.Session) -> str:
-    """FastMCP in a directory of its own, at the versions of everything the session has.
-
-    FastMCP is bench_overhead.py's point of comparison, never a dependency. Installed into
-    the session, it would bring Rich, which structlog loads whenever it is importable: the
-    servers measured would no longer be this project's as it runs anywhere else.
-    """
-    target = Path(session.create_tmp()) / "fastmcp"
-    constraints = target.with_name("fastmcp-constraints.txt")
-    pins = session.run("python", "-c", PINS, PROJECT["name"], silent=True)
-    constraints.write_text(str(pins), encoding="utf-8")
-    session.install("--target", str(target), "--constraint", str(constraints), "fastmcp>=4")
-    return str(target)
-
-
-@nox.session(default=False)
-def conformance(session: nox.Session) -> None:
-    """The MCP conformance suite over HTTP, both eras (npm installs it and Node 22 once); see conformance/."""
-    session.install("-e", ".", "pyyaml>=6")
-    session.run("python", "conformance/run.py", *session.posargs)
-
-
-@nox.session(default=False)
-def soak(session: nox.Session) -> None:
-    """Side-effecting calls while the server is killed at random; fails on duplicated or lost effects."""
-    session.install("-e", ".[dev]")
-    session.run("python", "benchmarks/soak.py", *session.posargs)
+    # The project names the variables; pgserver's PostgreSQL where it has wheels, else the system's.
+    session.install("-e", ".", "pgserver>=0.1.4; python_version < '3.13'")
+    session.run("python", "-m", "resilient_mcp.testing.local_postgres", *session.posargs)
 
 
 # The bundle's CLI from npm (npx), pinned: `pack` writes the format that version knows.
@@ -216,7 +146,9 @@ def update(session: nox.Session) -> None:
     Where the template's tags did not travel (a clone of a clone), a release is found by the
     commit its CHANGELOG.md names: no arguments mean its newest release, `--vcs-ref vX.Y.Z` that
     one. After a `copier update` run by hand (a project made before this session existed), it
-    checks that update instead of making another.
+    checks that update instead of making another. A file the new version removes that you had
+    changed (a file of the vendored core, before 0.4.0) is listed with your change, never dropped
+    quietly: run it again after a `copier update` or an older version's `nox -s update`.
     """
     session.install("copier>=9.19,<10")
     try:
@@ -254,13 +186,8 @@ def update(session: nox.Session) -> None:
             f"{old_backend} are not moved, so a retry of an old key runs the tool again. Before you "
             f"deploy, settle the keys in doubt with the old build (`{COMMAND} keys list --in-doubt`)."
         )
-    deleted = git("diff", "--name-only", "--diff-filter=D", "HEAD")
-    if deleted:
-        session.log(
-            "The new template version no longer has these files (check you kept nothing of "
-            "yours in them: `git show HEAD:<path>`):\n  " + "\n  ".join(deleted)
-        )
-    problems = [f"unmerged: {path}" for path in git("diff", "--name-only", "--diff-filter=U")]
+    problems = removed_with_your_changes(session, before)
+    problems += [f"unmerged: {path}" for path in git("diff", "--name-only", "--diff-filter=U")]
     problems += [f"conflict marker: {line}" for line in git("grep", "-n", "-I", "--untracked", "-E", MARKERS)]
     problems += [f"rejected part: {path}" for path in git("ls-files", "--others", "--", "*.rej")]
     if problems:
@@ -274,6 +201,110 @@ def update(session: nox.Session) -> None:
         else:
             session.warn("uv is not on the PATH: run `uv lock` before you commit, or CI finds uv.lock stale")
     session.log("Updated cleanly: review `git diff`, run `nox`, then commit.")
+
+
+def removed_with_your_changes(session: nox.Session, before: dict[str, str]) -> list[str]:
+    """The files the update removed that you had changed, as problems; the others are only named.
+
+    copier removes every file the new template version no longer has, changed or not (release
+    0.4.0 removed the vendored core: it is the resilient-mcp library now). Each removed file is
+    compared with the old version's own render: a change of yours is shown, never dropped quietly.
+    """
+    removed = git("diff", "--name-only", "--diff-filter=D", "HEAD")
+    if not removed:
+        return []
+    old = render_before(session, before)
+    if old is None:
+        session.warn(
+            "The new template version no longer has these files, and the old version could not be "
+            "rendered to tell which you changed (`git show HEAD:<path>` shows each):\n  "
+            + "\n  ".join(removed)
+        )
+        return []
+    yours = {path: committed(path) for path in removed}
+    changed = [path for path in removed if rendered(old / path) != yours[path]]
+    unchanged = [path for path in removed if path not in changed]
+    if unchanged:
+        session.log(
+            "The new template version no longer has these files, which you had not changed: removed.\n  "
+            + "\n  ".join(by_folder(unchanged))
+        )
+    added = kept_beside(removed, old)
+    if added:
+        session.warn(
+            "Your own files in folders the template no longer fills are kept; check they import "
+            "nothing it removed:\n  " + "\n  ".join(added)
+        )
+    for path in changed:
+        diff = difflib.unified_diff(
+            rendered(old / path).decode(errors="replace").splitlines(keepends=True),
+            yours[path].decode(errors="replace").splitlines(keepends=True),
+            fromfile=f"{path} (template {before.get('_commit', '')})",
+            tofile=f"{path} (yours)",
+        )
+        session.log(f"You changed {path}, which the new template version removes:\n" + "".join(diff))
+    return [
+        f"removed, with your change in it: {path} (`git show HEAD:{path}`): {MOVE_IT}" for path in changed
+    ]
+
+
+# What to do with a change to a template file that the library now holds.
+MOVE_IT = (
+    "move the change into your own code (a @lifespan, @dependency or Check from <package>.core, "
+    "a setting in settings.py, a module in tools/), as the Upgrading notes say, or drop it"
+)
+
+
+def render_before(session: nox.Session, before: dict[str, str]) -> Path | None:
+    """The template version the project was at, rendered with its committed answers (None: it cannot be)."""
+    target = Path(session.create_tmp()) / "template-before"
+    shutil.rmtree(target, ignore_errors=True)
+    data = target.with_name("answers-before.yml")
+    lines = git("show", "HEAD:.copier-answers.yml")
+    kept = [f"{line}\n" for line in lines if not line.startswith(("_", "#"))]  # copier's own keys go
+    data.write_text("".join(kept), encoding="utf-8")
+    copier = shutil.which("copier", path=session.bin) or "copier"
+    source, commit = before.get("_src_path", ""), before.get("_commit", "")
+    command = [copier, "copy", "--quiet", "--defaults", "--skip-tasks", "--vcs-ref", commit]
+    result = subprocess.run(
+        [*command, "--data-file", str(data), source, str(target)], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0 or not source or not commit:
+        session.log(f"copier could not render template {commit} of {source}: {result.stderr.strip()[-2000:]}")
+        return None
+    return target
+
+
+def rendered(path: Path) -> bytes:
+    """A file of a render, empty where the render has none."""
+    return path.read_bytes() if path.is_file() else b""
+
+
+def committed(path: str) -> bytes:
+    """A file's bytes as last committed."""
+    return subprocess.run(["git", "show", f"HEAD:{path}"], capture_output=True, check=True).stdout
+
+
+def by_folder(paths: list[str]) -> list[str]:
+    """Paths, a folder with more than one of them as `folder/ (N files)`."""
+    folders: dict[str, list[str]] = {}
+    for path in paths:
+        folders.setdefault(str(Path(path).parent), []).append(path)
+    return [
+        group[0] if len(group) == 1 else f"{folder}/ ({len(group)} files)"
+        for folder, group in folders.items()
+    ]
+
+
+def kept_beside(removed: list[str], old: Path) -> list[str]:
+    """Committed files of the owner's (not in the old version's render) in the folders of removed files."""
+    folders = sorted({str(Path(path).parent) for path in removed})
+    tracked = git("ls-tree", "-r", "--name-only", "HEAD", "--", *folders)
+    return [
+        path
+        for path in tracked
+        if str(Path(path).parent) in folders and path not in removed and not (old / path).exists()
+    ]
 
 
 # The lines git merge and copier update write around a conflict.

@@ -13,9 +13,11 @@ import pytest
 
 from .answers import MATRIX, answers
 from .gitrepo import BASE_TAG, TemplateRepo
+from .library_wheel import build_wheel_folder, find_links_environ
 from .project_env import ProjectEnv
 from .releases import build_release_repo, released_versions
 from .rendering import render
+from .runtime_env import create_runtime_env
 
 _PAIRED = 4  # workers that start with a long test and a short one; more than the noxfile uses
 
@@ -108,9 +110,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         progress.stopped.set()
 
 
+@pytest.fixture(scope="session")
+def wheel_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The runtime library's wheel, built from the work tree: where rendered projects install it from."""
+    return build_wheel_folder(tmp_path_factory.mktemp("wheels"))
+
+
 @pytest.fixture(scope="session", autouse=True)
-def isolated_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Commits need an identity, and the user's git or copier settings must not leak in."""
+def isolated_tools(tmp_path_factory: pytest.TempPathFactory, wheel_folder: Path) -> Iterator[None]:
+    """Commits need an identity, the user's git or copier settings must not leak in, and the
+    library installs from its wheel (PyPI may not have this version yet)."""
     home = tmp_path_factory.mktemp("config")
     gitconfig = home / "gitconfig"
     gitconfig.write_text(
@@ -121,6 +130,7 @@ def isolated_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     copier_settings.write_text("trust: []\n", encoding="utf-8")
     with pytest.MonkeyPatch.context() as patch:
         for variable, value in {
+            **find_links_environ(wheel_folder),
             "GIT_AUTHOR_NAME": "Template Tests",
             "GIT_AUTHOR_EMAIL": "template-tests@example.com",
             "GIT_COMMITTER_NAME": "Template Tests",
@@ -186,3 +196,9 @@ def project_env(rendered_project: Callable[[str], Path], open_tmp: Path) -> Call
         return cache[entry]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def runtime_env(open_tmp: Path) -> ProjectEnv:
+    """The runtime library and its stand-in project in a venv of their own, once per session."""
+    return create_runtime_env(open_tmp / "venv-runtime")

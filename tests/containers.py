@@ -53,6 +53,7 @@ cgroup_manager = "cgroupfs"
 # uv inside the build reaches PyPI through this machine's certificate authorities, not only
 # its own built-in roots (a proxy that re-signs TLS, as CI machines have, needs that).
 UV_TOML = "system-certs = true\n"
+BUILD_WHEELS = "/mnt/library-wheels"  # where the builds see the library's wheel folder
 
 
 @contextmanager
@@ -148,9 +149,14 @@ def find_engine(workdir: Path) -> Engine:
         conf.write_text(NO_SYSTEMD_CONF, encoding="utf-8")
         environ["CONTAINERS_CONF"] = str(conf)
     uv_toml = workdir / "uv.toml"
-    uv_toml.write_text(UV_TOML, encoding="utf-8")
     # The docker image format keeps HEALTHCHECK (an OCI image drops it), as `docker build` does.
     build_args = ["--network", "host", "--format", "docker", "-v", f"{uv_toml}:/etc/uv/uv.toml:ro"]
+    # The runtime library's wheel from the work tree (tests/library_wheel.py), mounted into the
+    # build and found by uv there as PyPI would serve it: no generated file names the folder.
+    wheels = os.environ.get("UV_FIND_LINKS")
+    if wheels:
+        build_args += ["-v", f"{wheels}:{BUILD_WHEELS}:ro"]
+    uv_toml.write_text(UV_TOML + (f'find-links = ["{BUILD_WHEELS}"]\n' if wheels else ""), encoding="utf-8")
     if Path("/etc/ssl/certs").is_dir():
         build_args += ["-v", "/etc/ssl/certs:/etc/ssl/certs:ro"]
     return Engine(podman, compose, environ, tuple(build_args))

@@ -17,16 +17,11 @@ import pytest
 SUITE_TIMEOUT_S = 1800.0
 
 
-# A rendered project's own nox sessions that the generated tests run: the default ones (the
-# owner's loop: lint, typecheck, the owner's tests and a core smoke) and the whole core suite.
-PROJECT_NOX_SESSIONS = ("lint", "typecheck", "tests", "core")
-
-
 def project_nox(envdir: Path, *sessions: str, posargs: tuple[str, ...] = ()) -> list[str]:
-    """The command that runs `sessions` (default PROJECT_NOX_SESSIONS) in a rendered project,
-    its venvs in `envdir`, with `posargs` after `--`."""
+    """The command that runs `sessions` in a rendered project (none named: its default ones, the
+    owner's loop that a bare `nox` runs), its venvs in `envdir`, with `posargs` after `--`."""
     nox = [sys.executable, "-m", "nox", "--non-interactive", "--envdir", str(envdir)]
-    return [*nox, "-s", *(sessions or PROJECT_NOX_SESSIONS), *(["--", *posargs] if posargs else [])]
+    return [*nox, *(["-s", *sessions] if sessions else []), *(["--", *posargs] if posargs else [])]
 
 
 def uv_executable() -> str:

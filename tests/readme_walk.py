@@ -16,7 +16,7 @@ from pathlib import Path
 
 BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
 TESTS = Path(__file__).parent
-TEMPLATE_TESTS = TESTS.parent / "template" / "tests" / "core"
+LIBRARY_TESTS = TESTS.parent / "runtime" / "tests"  # the runtime library's own suite
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def strip_comment(line: str) -> str:
 class Covered:
     """Run by a longer test, not by the walk."""
 
-    test: str  # a path under tests/ or template/tests/core/
+    test: str  # a path under tests/ or runtime/tests/
     why: str
 
 
@@ -142,12 +142,9 @@ def rules(slug: str, prefix: str) -> list[tuple[str, Action]]:
         (r"kubectl .*", Covered("test_shipping.py", "the Secret and kustomize, without a cluster")),
         # Developing
         (r"nox -s (fmt|lock|diagnose|budget)", run_as_written),
+        (r"uv lock --upgrade-package resilient-mcp && uv sync && nox", run_as_written),
         (r"nox -s tests -- -k \w+", run_as_written),
         (r"nox -s contract", contract_first_time),
-        (r"nox -s core", Covered("test_update.py", "the core suite through the project's own nox sessions")),
-        (r"nox -s soak", Covered("test_soak.py", "the soak benchmark, killed and restarted")),
-        (r"nox -s conformance", Covered("test_conformance.py", "the conformance suite's scores")),
-        (r"nox -s bench", "not run: each benchmark takes minutes (benchmarks/*.md hold their figures)"),
         (r"pre-commit install", run_as_written),
         # Updating
         (r"nox -s update", committed_first),
@@ -170,9 +167,5 @@ def action_for(command: str, slug: str, prefix: str) -> Action:
 
 
 def covered_test_exists(cover: Covered) -> bool:
-    """The test a covered command names is there (a template test is a `.jinja` file)."""
-    return any(
-        (root / name).exists()
-        for root in (TESTS, TEMPLATE_TESTS)
-        for name in (cover.test, cover.test + ".jinja")
-    )
+    """The test a covered command names is there: the template's or the library's."""
+    return any((root / cover.test).exists() for root in (TESTS, LIBRARY_TESTS))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -19,6 +20,16 @@ QUESTIONS: list[str] = [
     if not name.startswith("_")
 ]
 TEMPLATE_OWNED_HEADER = "# Template-owned:"
+LIBRARY_VERSION: str = tomllib.loads((REPO_ROOT / "runtime" / "pyproject.toml").read_text(encoding="utf-8"))[
+    "project"
+]["version"]
+
+
+def library_requirement(backend: str) -> str:
+    """What a rendered project depends on: the library at this version, as a compatible release."""
+    extra = "[postgres]" if backend == "postgres" else ""
+    return f"resilient-mcp{extra}~={LIBRARY_VERSION.rsplit('.', 1)[0]}.0"
+
 
 # The owner's files: copier update never touches them ({pkg} is the package name).
 OWNER_OWNED = ("src/{pkg}/tools/*", "src/{pkg}/settings.py", "tests/tools/*", "README.md")

@@ -1,17 +1,16 @@
-"""The MCP conformance suite (pinned in the project's conformance/run.py) against a rendered server."""
+"""The MCP conformance suite (pinned in runtime/conformance/run.py) against the library's stand-in project."""
 
 from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from .project_env import ProjectEnv
 
-# What the rendered server must score on each frozen requirement set of the pinned suite: all of
+# What the library's server must score on each frozen requirement set of the pinned suite: all of
 # it, but for the four scenarios stateless 2025-11-25 has no channel for (expected-failures.yml).
 EXPECTED_SCORES = {
     ("2025-11-25", "sessions"): (30, 30),
@@ -27,12 +26,11 @@ SCORE_LINE = r"^  (\S+) (sessions|stateless|sdk-entry): (\d+)/(\d+) scored scena
 
 @pytest.mark.generated(minutes=2)
 def test_conformance_suite_scores_every_scenario_the_sdk_can_serve_in_both_eras(
-    project_env: Callable[[str], ProjectEnv], tmp_path: Path
+    runtime_env: ProjectEnv, tmp_path: Path
 ) -> None:
     if shutil.which("npm") is None:
         pytest.skip("npm is not installed (it installs the suite and Node 22)")
-    env = project_env("defaults")
-    output = env.run("python", "conformance/run.py", "--cache", str(tmp_path / "npm"), timeout=900)
+    output = runtime_env.run("python", "conformance/run.py", "--cache", str(tmp_path / "npm"), timeout=900)
     scores = {
         (requirement_set, mode): (int(passed), int(total))
         for requirement_set, mode, passed, total in re.findall(SCORE_LINE, output, re.MULTILINE)

@@ -92,7 +92,7 @@ REJECTED: list[tuple[str, Any, list[str]]] = [
     ("package_name", "flask", ["shadow", "popular 'flask' package", "choose another name"]),
     ("package_name", "numpy", ["shadow", "popular 'numpy' package"]),
     ("package_name", "tests", ["the generated project uses itself", "choose another name"]),
-    ("package_name", "sample_tools", ["the generated project uses itself"]),
+    ("package_name", "test_smoke", ["the generated project uses itself"]),
     ("author_email", "not-an-email", ["name@example.com"]),
     ("author_email", "team@localhost", ["name@example.com"]),
     ("author_email", "two words@example.com", ["name@example.com"]),
@@ -317,17 +317,20 @@ def test_standard_library_list_holds_only_modules_of_the_supported_pythons() -> 
     assert stale == set(), f"no supported Python has these; drop them: {sorted(stale)}"
 
 
-def test_project_layout_list_holds_every_test_support_module(rendered_project: Callable[[str], Path]) -> None:
-    """tests/core is first on the rendered tests' sys.path: a package of one of its names is shadowed."""
-    support_modules = {
+def test_project_layout_list_holds_every_module_of_the_tests_folder(
+    rendered_project: Callable[[str], Path],
+) -> None:
+    """pytest puts tests/ first on sys.path to import its modules: a package of one of their names
+    would be shadowed in the project's own tests."""
+    modules = {
         path.stem
-        for entry in ["defaults", "proprietary-postgres"]  # postgres adds its fixtures module
-        for path in (rendered_project(entry) / "tests" / "core").iterdir()
-        if not path.name.startswith(("test_", "__")) and (path.suffix == ".py" or path.is_dir())
+        for entry in ["defaults", "proprietary-postgres"]
+        for path in (rendered_project(entry) / "tests").iterdir()
+        if path.suffix == ".py" and not path.name.startswith("__")
     }
 
-    assert "support" in support_modules
-    assert support_modules - set(reserved_names()["project_layout"]) == set()
+    assert "test_smoke" in modules
+    assert modules - set(reserved_names()["project_layout"]) == set()
 
 
 def test_project_named_before_its_name_was_reserved_still_updates(release_repo: Path, tmp_path: Path) -> None:

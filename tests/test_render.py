@@ -16,62 +16,35 @@ import yaml
 from .answers import MATRIX, answers
 from .gitrepo import BASE_TAG, REPO_ROOT, TemplateRepo
 from .project_env import SUITE_TIMEOUT_S, ProjectEnv, project_nox, quick_start_environ, run
-from .rendering import TEMPLATE_OWNED_HEADER, is_owner_owned, jinja_leftovers, render, tree
+from .rendering import (
+    TEMPLATE_OWNED_HEADER,
+    is_owner_owned,
+    jinja_leftovers,
+    library_requirement,
+    render,
+    tree,
+)
 
 ENTRIES = list(MATRIX)
-# Entries whose project also runs its own `nox` (lint, typecheck, tests). The sqlite one is the
+# Entries whose project also runs its own `nox` (its default sessions). The sqlite one is the
 # default answers' project updated from a release, with an owner's edits (test_update.py).
 OWN_NOX_ENTRIES = ["proprietary-postgres"]
-# The default answers' suite runs there, so that each suite runs once per answer set.
+# The default answers' checks run there, so that each runs once per answer set.
 RUN_ON_UPDATE = "defaults"
-# The others get mypy and their tests run directly.
+# The others get mypy and their own tests (the owner's and the smoke suite) run directly. The
+# core's whole suite is the runtime library's, run in this repository (runtime/tests).
 DIRECT_ENTRIES = [entry for entry in ENTRIES if entry not in [*OWN_NOX_ENTRIES, RUN_ON_UPDATE]]
-# Each whole core suite takes about four minutes of a two-core machine, so it runs where an
-# answer value first needs it: `defaults` (sqlite, strict arguments, the oldest Python) and
-# `postgres-strictoff-py313` (postgres, lenient arguments, the newest Python, the network tests).
-# Every other answer set differs from those two only in values that reach a few tests, and runs
-# those: names, description, license, tool budget or a Python version between the two reach the
-# owner's tests, the command line, start-up messages, budget, keys, health, outcomes, stdout and
-# diagnose; the backend reaches the store, the calls through it and the commands that read it.
-ANSWER_TESTS_ENTRIES = ["bsd-weather-names", "apache-budget1-py312"]
-FULL_SUITE_ENTRIES = [entry for entry in DIRECT_ENTRIES if entry not in ANSWER_TESTS_ENTRIES]
-ANSWER_DEPENDENT_TESTS = [
-    "tests/tools",
-    *(
-        f"tests/core/test_{name}.py"
-        for name in (
-            "command_line",
-            "startup",
-            "budget",
-            "public_api",
-            "health",
-            "outcomes",
-            "stdout",
-            "keys_command",
-            "diagnose",
-        )
-    ),
-]
-BACKEND_TESTS = [
-    f"tests/core/test_{name}.py"
-    for name in (
-        "idempotency_store",
-        "idempotency_store_startup",
-        "idempotency_store_fingerprint",
-        "idempotency_crash",
-        "idempotent_calls",
-        "side_effects",
-        "replicas",
-        "keys_command",
-        "health",
-    )
-]
+# A new project is the owner's code and its scaffolding: the core lives in the library.
+MOST_FILES = 80
+# What would make a generated project install only beside this checkout: a path, a git URL, a
+# direct URL reference (`name @ url`), a local index or find-links, uv sources.
+NOT_FROM_AN_INDEX = re.compile(
+    r"git\+[a-z]+://|file://|\[tool\.uv\.sources\]|\{\s*path\s*=|--find-links|find-links\s*=|"
+    r"\bUV_FIND_LINKS\b|\bPIP_FIND_LINKS\b|^\s*-e\s+\.\.|\s@\s*(https?|git|file|ssh)[:+]",
+    re.MULTILINE,
+)
 # A rendered test that hangs gets its stack dumped after this long, so the report shows where.
 HANG_REPORT = ["-o", "faulthandler_timeout=120"]
-# The rendered `network` tests (HTTP on loopback, about a minute) run once, in NETWORK_ENTRY's
-# whole suite: a postgres entry, so the HTTP replicas sharing PostgreSQL are among them.
-NETWORK_ENTRY = "postgres-strictoff-py313"
-NOT_NETWORK = ["-m", "not network"]
 RenderedProject = Callable[[str], Path]
 
 LICENSE_FIRST_WORDS = {
@@ -144,7 +117,7 @@ def test_template_owned_python_files_say_so_in_their_first_line(
         if not (project / relpath).read_text(encoding="utf-8").startswith(TEMPLATE_OWNED_HEADER)
     ]
 
-    assert f"src/{package}/core/_app.py" in template_owned
+    assert f"src/{package}/cli.py" in template_owned
     assert without_header == [], f"no {TEMPLATE_OWNED_HEADER!r} line first in: {', '.join(without_header)}"
 
 
@@ -203,27 +176,49 @@ def test_description_with_quotes_and_backslashes_gives_valid_python(
     run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], project)
 
 
-@pytest.mark.generated(minutes=6)
-@pytest.mark.parametrize("entry", FULL_SUITE_ENTRIES)
-def test_mypy_strict_and_project_own_tests_pass(project_env: Callable[[str], ProjectEnv], entry: str) -> None:
-    check_directly(project_env(entry), entry)
-
-
-@pytest.mark.generated(minutes=2)
-@pytest.mark.parametrize("entry", ANSWER_TESTS_ENTRIES)
-def test_mypy_strict_and_the_tests_these_answers_reach_pass(
-    project_env: Callable[[str], ProjectEnv], entry: str
+def test_default_project_holds_the_owner_code_and_its_scaffolding_only(
+    rendered_project: RenderedProject,
 ) -> None:
-    check_directly(project_env(entry), entry, *ANSWER_DEPENDENT_TESTS)
+    project = rendered_project("defaults")
+    files = sorted(tree(project))
+    package = answers()["package_name"]
+
+    assert len(files) <= MOST_FILES, f"{len(files)} files (at most {MOST_FILES}): {files}"
+    assert [path for path in files if path.startswith(("tests/core/", "benchmarks/", "conformance/"))] == []
+    assert [path for path in files if re.fullmatch(rf"src/{package}/core/_[a-z].*", path)] == []
 
 
-# The whole suite mostly waits (servers starting, calls sleeping, time limits running out), and
-# it is the run's longest test: two workers of its own let those waits overlap.
-WHOLE_SUITE_WORKERS = ["-n", "2"]
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_project_depends_on_the_library_from_an_index_only(
+    rendered_project: RenderedProject, wheel_folder: Path, entry: str
+) -> None:
+    """No path, git or URL dependency, and no trace of where the tests found the library's wheel."""
+    project = rendered_project(entry)
+    chosen = answers(**MATRIX[entry])
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
+
+    found = {
+        relpath: [match.group(0) for match in NOT_FROM_AN_INDEX.finditer(text)]
+        for relpath, text in text_files(project).items()
+    }
+    local = [str(REPO_ROOT), str(wheel_folder)]
+    # The answers file records where copier found the template: that is copier's, not a dependency.
+    mentions = [
+        relpath
+        for relpath, text in text_files(project).items()
+        if relpath != ".copier-answers.yml" and any(path in text for path in local)
+    ]
+
+    assert {relpath: matches for relpath, matches in found.items() if matches} == {}
+    assert mentions == []
+    assert library_requirement(chosen["idempotency_backend"]) in pyproject["project"]["dependencies"]
 
 
-def check_directly(env: ProjectEnv, entry: str, *tests: str) -> None:
-    """mypy --strict and the project's tests (all, or `tests`) in one test: one venv."""
+@pytest.mark.generated(minutes=3)
+@pytest.mark.parametrize("entry", DIRECT_ENTRIES)
+def test_mypy_strict_and_project_own_tests_pass(project_env: Callable[[str], ProjectEnv], entry: str) -> None:
+    """mypy --strict, then the project's own tests: the owner's and the smoke suite."""
+    env = project_env(entry)
     assert_package_name_refuses_every_installed_name(env, entry)
     env.run("mypy", "--strict")
     env.run(
@@ -234,9 +229,6 @@ def check_directly(env: ProjectEnv, entry: str, *tests: str) -> None:
         "-p",
         "no:cacheprovider",
         *HANG_REPORT,
-        *([] if tests else WHOLE_SUITE_WORKERS),
-        *([] if entry == NETWORK_ENTRY else NOT_NETWORK),
-        *tests,
         timeout=SUITE_TIMEOUT_S,
     )
 
@@ -244,14 +236,11 @@ def check_directly(env: ProjectEnv, entry: str, *tests: str) -> None:
 @pytest.mark.generated(minutes=3)
 @pytest.mark.parametrize("entry", OWN_NOX_ENTRIES)
 def test_project_own_nox_sessions_pass(rendered_project: RenderedProject, open_tmp: Path, entry: str) -> None:
-    """The owner's loop (`nox`: lint, typecheck, the owner's tests and the core smoke tests),
-    then `nox -s core` with the core tests this entry's backend reaches."""
+    """`nox` as its owner runs it: the default sessions (lint, typecheck, the owner's tests and the
+    smoke suite), whatever the project names them."""
     env = quick_start_environ()
-    env["PYTEST_ADDOPTS"] = "-m 'not network'"
     envdir = open_tmp / f"nox-{entry}"
-    project = rendered_project(entry)
-    run(project_nox(envdir, "lint", "typecheck", "tests"), project, env=env, timeout=SUITE_TIMEOUT_S)
-    run(project_nox(envdir, "core", posargs=tuple(BACKEND_TESTS)), project, env=env, timeout=SUITE_TIMEOUT_S)
+    run(project_nox(envdir), rendered_project(entry), env=env, timeout=SUITE_TIMEOUT_S)
 
 
 def assert_package_name_refuses_every_installed_name(env: ProjectEnv, entry: str) -> None:

@@ -73,7 +73,8 @@ def test_ci_runs_every_supported_python_and_the_backend_database(
 
     supported = [version for version in ("3.11", "3.12", "3.13") if version >= chosen["python_version"]]
     assert tests["strategy"]["matrix"]["python-version"] == supported
-    assert [step["run"] for step in tests["steps"] if "run" in step][-1].endswith("-s tests core")
+    # The project's own checks; the library's suite runs in the template repository, not here.
+    assert [step["run"] for step in tests["steps"] if "run" in step][-1].endswith("-s tests")
     if chosen["idempotency_backend"] == "postgres":
         assert tests["services"]["postgres"]["image"].startswith("postgres:")
         assert f"{chosen['env_prefix']}TEST_DATABASE_URL" in tests["env"]

@@ -1,17 +1,15 @@
-"""A rendered project's soak benchmark runs to its end against its real server, killed and restarted."""
+"""The library's soak (runtime/benchmarks/soak.py) runs to its end against the stand-in project's real
+server, killed and restarted, on each backend."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from .project_env import ProjectEnv
 
-# One entry per backend; a PostgreSQL project soaks SQLite and PostgreSQL.
-BACKENDS = {"defaults": ["sqlite"], "proprietary-postgres": ["sqlite", "postgres"]}
 CALLS = 120
 # Seeded kill intervals (mean 100 ms) put the first kill 14 ms after the first handshake,
 # well before 120 calls can be answered: every run sees kills whatever the machine's speed.
@@ -19,16 +17,17 @@ SHORT_SOAK = ["--case", "kills", "--calls", str(CALLS), "--kill-every-ms", "100"
 
 
 @pytest.mark.generated(minutes=1)
-@pytest.mark.parametrize("entry", list(BACKENDS))
 def test_soak_through_kills_finds_no_duplicated_or_lost_effect(
-    project_env: Callable[[str], ProjectEnv], entry: str, tmp_path: Path
+    runtime_env: ProjectEnv, tmp_path: Path
 ) -> None:
     figures_file = tmp_path / "soak.json"
 
-    project_env(entry).run("python", "benchmarks/soak.py", *SHORT_SOAK, "--json", str(figures_file))
+    runtime_env.run(
+        "python", "benchmarks/soak.py", *SHORT_SOAK, "--backend", "both", "--json", str(figures_file)
+    )
 
     runs = json.loads(figures_file.read_text(encoding="utf-8"))
-    assert [run["backend"] for run in runs] == BACKENDS[entry]
+    assert [run["backend"] for run in runs] == ["sqlite", "postgres"]
     for run in runs:
         assert run["calls"] == CALLS
         assert run["kills"] >= 1
@@ -49,14 +48,12 @@ DB_SOAK = ["--backend", "postgres", "--calls", "150", "--kill-every-ms", "300", 
 @pytest.mark.generated(minutes=2)
 @pytest.mark.parametrize("kill_db", ["backend", "postmaster"])
 def test_soak_through_database_crashes_finds_no_duplicated_or_lost_effect(
-    project_env: Callable[[str], ProjectEnv], kill_db: str, tmp_path: Path
+    runtime_env: ProjectEnv, kill_db: str, tmp_path: Path
 ) -> None:
     figures_file = tmp_path / "soak.json"
 
     kills = ["--case", "kills", "--kill-db", kill_db, "--db-kill-every-ms", "500"]
-    project_env("proprietary-postgres").run(
-        "python", "benchmarks/soak.py", *DB_SOAK, *kills, "--json", str(figures_file)
-    )
+    runtime_env.run("python", "benchmarks/soak.py", *DB_SOAK, *kills, "--json", str(figures_file))
 
     [run] = json.loads(figures_file.read_text(encoding="utf-8"))
     assert run["db_kills"] >= 1, run
@@ -71,18 +68,27 @@ def test_soak_through_database_crashes_finds_no_duplicated_or_lost_effect(
 # One burst per case and backend of 48 calls (8 more than the server's tool threads) whose
 # bodies outlast the time limit, or the grace of a SIGTERM sent once all are in flight: the 8
 # that waited for a thread never began, so they are transient, never in doubt (the soak exits 1).
-QUEUED_SOAK = ["--case", "time-limit", "--case", "sigterm", "--bursts", "1", "--queued", "8"]
+QUEUED_SOAK = [
+    "--case",
+    "time-limit",
+    "--case",
+    "sigterm",
+    "--bursts",
+    "1",
+    "--queued",
+    "8",
+    "--backend",
+    "both",
+]
 
 
 @pytest.mark.generated(minutes=1)
 def test_soak_of_calls_waiting_for_a_thread_finds_no_key_in_doubt_that_never_ran(
-    project_env: Callable[[str], ProjectEnv], tmp_path: Path
+    runtime_env: ProjectEnv, tmp_path: Path
 ) -> None:
     figures_file = tmp_path / "soak.json"
 
-    project_env("proprietary-postgres").run(
-        "python", "benchmarks/soak.py", *QUEUED_SOAK, "--json", str(figures_file)
-    )
+    runtime_env.run("python", "benchmarks/soak.py", *QUEUED_SOAK, "--json", str(figures_file))
 
     runs = json.loads(figures_file.read_text(encoding="utf-8"))
     assert [(run["backend"], run["case"]) for run in runs] == [

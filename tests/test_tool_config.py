@@ -146,7 +146,7 @@ def test_pre_commit_runs_only_tools_installed_beside_the_project(rendered_projec
 @pytest.mark.parametrize(
     ("hook", "relpath", "content", "says"),
     [
-        ("check-merge-conflict", f"src/{PACKAGE}/core/_errors.py", None, "Merge conflict string '<<<<<<<'"),
+        ("check-merge-conflict", f"src/{PACKAGE}/cli.py", None, "Merge conflict string '<<<<<<<'"),
         ("no-rej-files", "pyproject.toml.rej", "diff a/pyproject.toml\n", "copier update left .rej files"),
     ],
     ids=["conflict-markers", "rej-file"],

@@ -5,11 +5,14 @@ idempotency backend: the session must fail listing the conflict, and still print
 release's Upgrading notes and what the switch does to existing keys. Where the template's tags
 did not travel, releases are found by the commits its CHANGELOG.md names; an update already
 made by hand (as owners of 0.1.0 projects do) is checked and its notes shown; and a project
-that is up to date is told so, with no notes.
+that is up to date is told so, with no notes. Updating a project that vendored the core
+(releases before 0.4.0) removes the core files its owner left alone and names, with the change,
+each one the owner changed: copier alone removes both kinds alike.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -17,18 +20,20 @@ from pathlib import Path
 
 import pytest
 
-from .answers import answers
+from .answers import DEFAULT_ANSWERS, answers
 from .gitrepo import commit_all, git, init_and_commit
+from .releases import released_versions
 from .rendering import render, update
 
 NEXT = "v9.9.9"
 NOTE = "- Run `nox -s lint`: the line length is 100 now."
-BENCHMARKS_LINE = "\nBenchmarks of 9.9.9 say more.\n"
+# A template-owned file the next release drops.
+DROPPED = "deploy/observability/grafana-dashboard.json"
 COPIER_ARGS = ["--defaults", "--vcs-ref", NEXT, "--data", "idempotency_backend=postgres"]
 
 
 def release_next_version(template: Path) -> str:
-    """A release after the work tree: a new line length, one benchmark less, a benchmarks README line.
+    """A release after the work tree: a new line length, and one template file less (DROPPED).
 
     Returns its commit, which the commit after it names in CHANGELOG.md (README.md, "Releasing").
     """
@@ -37,9 +42,7 @@ def release_next_version(template: Path) -> str:
         ruff_config.read_text(encoding="utf-8").replace("line-length = 110", "line-length = 100"),
         encoding="utf-8",
     )
-    (template / "template" / "benchmarks" / "bench_overhead.py.jinja").unlink()
-    benchmarks = template / "template" / "benchmarks" / "README.md"
-    benchmarks.write_text(benchmarks.read_text(encoding="utf-8") + BENCHMARKS_LINE, encoding="utf-8")
+    (template / "template" / DROPPED).unlink()
     changelog = template / "CHANGELOG.md"
     entry = f"## [{NEXT[1:]}] - 2026-12-02\n\nCommit: `0000000`\n\n### Upgrading\n\n{NOTE}\n\n"
     changelog.write_text(
@@ -108,10 +111,9 @@ def test_nox_update_lists_the_conflicts_and_prints_the_upgrading_notes(
         "idempotency_backend changed from sqlite to postgres: the keys recorded in sqlite are not moved"
         in output
     )
-    assert "no longer has these files" in output
-    assert "\n  benchmarks/bench_overhead.py" in output
-    # benchmarks/README.md is the template's: only the project's own README.md is excluded.
-    assert (project / "benchmarks" / "README.md").read_text(encoding="utf-8").endswith(BENCHMARKS_LINE)
+    assert "no longer has these files, which you had not changed: removed.\n" in output
+    assert f"\n  {DROPPED}\n" in output
+    assert not (project / DROPPED).exists()
 
 
 @pytest.mark.generated
@@ -140,3 +142,76 @@ def test_nox_update_where_tags_did_not_travel_and_after_an_update_by_hand(
     assert "copier update has already run here" in checked, checked
     assert f"[{NEXT[1:]}]\n{NOTE}" in checked
     assert "[Unreleased]" not in checked
+
+
+PACKAGE = DEFAULT_ANSWERS["package_name"]
+VENDORED_RELEASE = next(release for release in released_versions() if release.version == "0.3.1")
+# The owner's change to a file of the core 0.3.1 vendored, and the line that shows it.
+EDITED_CORE = f"src/{PACKAGE}/core/_resilience.py"
+CORE_EDIT = ("_BACKOFF_CAP_S = 2.0\n", "_BACKOFF_CAP_S = 5.0\n")
+# A file of the vendored core that no owner touched in these tests.
+UNTOUCHED_CORE = f"src/{PACKAGE}/core/_app.py"
+
+
+def vendored_project(release_repo: Path, destination: Path, *, edit_core: bool) -> Path:
+    """A project made from 0.3.1 (which vendored the core), committed; `edit_core`: one constant changed."""
+    project = render(release_repo, destination, answers(), VENDORED_RELEASE.tag)
+    init_and_commit(project, f"Project from template {VENDORED_RELEASE.tag}")
+    if edit_core:
+        path = project / EDITED_CORE
+        text = path.read_text(encoding="utf-8")
+        assert text.count(CORE_EDIT[0]) == 1, f"{EDITED_CORE} no longer holds {CORE_EDIT[0]!r}"
+        path.write_text(text.replace(*CORE_EDIT), encoding="utf-8")
+        init_and_commit(project, "Owner: a longer backoff cap")
+    return project
+
+
+def assert_nothing_to_merge(project: Path) -> None:
+    statuses = git(project, "status", "--porcelain", "--untracked-files=all").splitlines()
+    assert [line for line in statuses if line.startswith(("U", "AA", "DD")) or line.endswith(".rej")] == []
+    assert git(project, "grep", "-n", "-I", "-E", "^(<<<<<<<|>>>>>>>)( |$)", check=False) == ""
+
+
+@pytest.mark.generated
+def test_nox_update_from_a_vendored_core_removes_it_when_the_owner_left_it_alone(
+    release_repo: Path, tmp_path: Path
+) -> None:
+    """0.3.1's own session updates (it is the one that runs), and the new one checks the result."""
+    project = vendored_project(release_repo, tmp_path / "project", edit_core=False)
+
+    updated, updated_output = nox_update(project, "--defaults", "--vcs-ref", "HEAD")
+    checked, output = nox_update(project)
+
+    assert updated == 0, updated_output
+    assert "run\n`nox -s update` (again, if it ran this update)" in updated_output, "copier's note is shown"
+    assert checked == 0, output
+    assert "copier update has already run here" in output
+    assert "no longer has these files, which you had not changed: removed.\n" in output
+    assert f"\n  src/{PACKAGE}/core/ (" in output
+    assert "\n  tests/core/ (" in output
+    # No file is named as changed (the Upgrading notes quote the words, with `<path>`).
+    assert re.findall(r"removed, with your change in it: (?!<path>)\S+", output) == []
+    assert "Updated cleanly" in output
+    assert_nothing_to_merge(project)
+    assert not (project / UNTOUCHED_CORE).exists()
+    assert not (project / "tests" / "core").exists()
+
+
+@pytest.mark.generated
+def test_nox_update_names_a_vendored_core_file_the_owner_changed_with_the_change(
+    release_repo: Path, tmp_path: Path
+) -> None:
+    project = vendored_project(release_repo, tmp_path / "project", edit_core=True)
+
+    updated, updated_output = nox_update(project, "--defaults", "--vcs-ref", "HEAD")
+    checked, output = nox_update(project)
+
+    assert updated == 0, updated_output
+    assert checked == 1, output
+    assert f"You changed {EDITED_CORE}, which the new template version removes:" in output
+    assert f"-{CORE_EDIT[0]}+{CORE_EDIT[1]}" in output, "the owner's change, as a diff against 0.3.1"
+    assert f"removed, with your change in it: {EDITED_CORE} (`git show HEAD:{EDITED_CORE}`)" in output
+    assert "a setting in settings.py, a module in tools/), as the Upgrading notes say" in output
+    assert f"with your change in it: {UNTOUCHED_CORE}" not in output
+    assert_nothing_to_merge(project)
+    assert git(project, "show", f"HEAD:{EDITED_CORE}").count(CORE_EDIT[1]) == 1, "the change is in git"

@@ -1,6 +1,6 @@
 # Template-owned: `copier update` replaces this file; put your code in tools/.
 """Kept so that code written against template 0.2 and older still imports: use `<package>.core`."""
 
-from ._settings import CoreSettings
+from . import CoreSettings
 
 __all__ = ["CoreSettings"]

@@ -1,0 +1,235 @@
+"""Start-up: spawn to the first tools/list answer over stdio, this server against the bare SDK.
+
+    python benchmarks/bench_startup.py [--runs 10] [--imports]
+
+A bare `MCPServer` script serving the same example tools (word_count, append_note;
+without the core's wrappers) against `python -m sample_server serve`, in both
+protocol eras: 2026-07-28 (`server/discover`, then tools/list) and 2025-11-25
+(`initialize`, `initialized`, then tools/list). The idempotency store always opens at
+start-up (no setting turns it off), so this server starts three ways:
+
+- `rendered`: `<PREFIX>DATA_DIR` set to a directory that already holds the store;
+- `fresh-dir`: `<PREFIX>DATA_DIR` set to a new, empty directory each time: the store's
+  file and schema are created on the way;
+- `no-data-dir`: `<PREFIX>DATA_DIR` unset: platformdirs finds the per-user state
+  directory (pointed into this run's temporary directory, so yours is left alone).
+
+The last two start in the 2026-07-28 era only: what the data directory costs comes before
+the first request, whatever its era.
+
+Runs alternate between the servers, so all see the same machine; it prints the median
+wall-clock milliseconds from spawn to the tools/list answer, the median CPU milliseconds
+the process used by then (user + system, from /proc; the whole run where /proc is
+missing), and the ratio to the bare SDK. The target is a ratio of at most 1.05.
+
+--imports also prints the modules the rendered server imports on the way to serving
+that the bare script does not, the slowest first (`python -X importtime`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from resilient_mcp.commands.diagnose import (
+    ERAS,
+    MODERN,
+    Era,
+    RawStdioSession,
+    open_session,
+    unbuffered_free_env,
+    with_envelope,
+)
+from sample_server.project import ENV_PREFIX, PACKAGE
+
+TARGET_RATIO = 1.05
+TIMEOUT_S = 60.0
+BARE_SERVER = '''
+from typing import Annotated
+
+from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel, Field
+
+mcp = MCPServer("bare")
+
+
+class NoteReceipt(BaseModel):
+    number: int = Field(description="The note's position in the notebook, from 1")
+    notebook: str = Field(description="The notebook the note was appended to")
+
+
+@mcp.tool()
+def word_count(
+    text: Annotated[str, Field(description="The text to count words in")],
+    min_length: Annotated[int, Field(description="Count only words at least this long", ge=1)] = 1,
+) -> int:
+    """Count the words in a text, optionally only the longer ones."""
+    return sum(1 for word in text.split() if len(word) >= min_length)
+
+
+@mcp.tool()
+def append_note(
+    notebook: Annotated[str, Field(description="Notebook name: letters, digits, '-' or '_'", max_length=64)],
+    text: Annotated[str, Field(description="The note to append", max_length=10_000)],
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=255)],
+) -> NoteReceipt:
+    """Append a note to a notebook (a file in the server's data directory)."""
+    return NoteReceipt(number=1, notebook=notebook)
+
+
+mcp.run()
+'''
+
+
+def cpu_ms(pid: int) -> float | None:
+    """User + system CPU milliseconds of a running process so far (Linux /proc), else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def start_once(argv: Sequence[str], era: Era, env: dict[str, str]) -> tuple[float, float]:
+    """Wall-clock and CPU milliseconds from spawn to the first tools/list answer."""
+    before = children_cpu_ms()
+    started = time.perf_counter()
+    with RawStdioSession(argv, env=env) as session:
+        handshake = open_session(session, era, timeout=TIMEOUT_S)
+        answer = session.request("tools/list", with_envelope(era) or None, timeout=TIMEOUT_S)
+        wall = (time.perf_counter() - started) * 1000
+        cpu = cpu_ms(session.process.pid)
+        session.close()
+    if "result" not in handshake or "result" not in answer:
+        raise SystemExit(f"{argv} did not answer: {handshake} {answer}\n{session.stderr_text()}")
+    return wall, cpu if cpu is not None else children_cpu_ms() - before
+
+
+def children_cpu_ms() -> float:
+    """CPU milliseconds of every child this process has waited for (the whole run, not to the answer)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1000
+
+
+def servers(workdir: Path) -> dict[str, list[str]]:
+    bare = workdir / "bare_server.py"
+    bare.write_text(textwrap.dedent(BARE_SERVER), encoding="utf-8")
+    return {"bare": [sys.executable, str(bare)], "rendered": [sys.executable, "-m", PACKAGE, "serve"]}
+
+
+DATA_DIR = f"{ENV_PREFIX}DATA_DIR"
+VARIANTS = ("rendered", "fresh-dir", "no-data-dir")  # how this server starts: see the docstring
+ONE_ERA_VARIANTS = {"fresh-dir", "no-data-dir"}  # the data directory is opened before any request
+
+
+def variant_env(variant: str, workdir: Path, env: dict[str, str]) -> dict[str, str]:
+    """The environment `rendered`, `fresh-dir` or `no-data-dir` starts with."""
+    if variant == "fresh-dir":
+        return {**env, DATA_DIR: tempfile.mkdtemp(prefix="fresh-", dir=workdir)}
+    if variant == "no-data-dir":
+        home = workdir / "home"  # where platformdirs looks: XDG_STATE_HOME on Linux, HOME elsewhere
+        without = {name: value for name, value in env.items() if name != DATA_DIR}
+        return {**without, "HOME": str(home), "XDG_STATE_HOME": str(home / "state")}
+    return env
+
+
+def measure(runs: int, workdir: Path, env: dict[str, str]) -> dict[tuple[str, Era], tuple[float, float]]:
+    """Median (wall, cpu) milliseconds by server and era, the servers alternating run by run."""
+    commands = servers(workdir)
+    starts = {"bare": commands["bare"], **dict.fromkeys(VARIANTS, commands["rendered"])}
+    samples: dict[tuple[str, Era], list[tuple[float, float]]] = {
+        (n, e): [] for e in ERAS for n in starts if e == MODERN or n not in ONE_ERA_VARIANTS
+    }
+    for run in range(runs + 1):
+        for name, era in samples:
+            result = start_once(starts[name], era, variant_env(name, workdir, env))
+            if run:  # the first round only warms the file cache (and the two data directories)
+                samples[name, era].append(result)
+    return {
+        key: (statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
+        for key, values in samples.items()
+    }
+
+
+def imported(argv: Sequence[str], env: dict[str, str]) -> dict[str, int]:
+    """Module -> own import microseconds, for a server started and stopped at once."""
+    ran = subprocess.run(
+        [argv[0], "-X", "importtime", *argv[1:]],
+        input="",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    found: dict[str, int] = {}
+    for line in ran.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            own, _, name = line.removeprefix("import time:").split("|")
+            if own.strip().isdigit():
+                found[name.strip()] = found.get(name.strip(), 0) + int(own)
+    return found
+
+
+def print_imports(workdir: Path, env: dict[str, str], top: int = 25) -> None:
+    commands = servers(workdir)
+    bare, rendered = imported(commands["bare"], env), imported(commands["rendered"], env)
+    extra = sorted(((us, name) for name, us in rendered.items() if name not in bare), reverse=True)
+    total = sum(us for us, _ in extra)
+    report(f"\nImported by the rendered server only: {len(extra)} modules, {total / 1000:.0f} ms own time")
+    for us, name in extra[:top]:
+        report(f"{us / 1000:>8.1f} ms  {name}")
+
+
+def report(line: str = "") -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=10, help="start-ups per server and era (default: 10)")
+    parser.add_argument(
+        "--imports", action="store_true", help="also list the modules only this server imports"
+    )
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        env = unbuffered_free_env({DATA_DIR: str(workdir / "data")})
+        report(f"Start-up, spawn to the first tools/list answer: {args.runs} alternating runs, medians (ms)")
+        report("era         server       wall bare    wall  ratio   cpu bare     cpu  ratio")
+        results = measure(args.runs, workdir, env)
+        worst = 0.0
+        for era in ERAS:
+            bare_wall, bare_cpu = results["bare", era]
+            for variant in VARIANTS:
+                if (variant, era) not in results:
+                    continue
+                wall, cpu = results[variant, era]
+                worst = max(worst, wall / bare_wall) if variant == "rendered" else worst
+                report(
+                    f"{era:<11} {variant:<12} {bare_wall:>9.0f} {wall:>7.0f} {wall / bare_wall:>6.3f}   "
+                    f"{bare_cpu:>8.0f} {cpu:>7.0f} {cpu / bare_cpu:>6.3f}"
+                )
+        verdict = "within" if worst <= TARGET_RATIO else "over"
+        report(f"worst wall-clock ratio of `rendered` {worst:.3f}: {verdict} the target {TARGET_RATIO}")
+        if args.imports:
+            print_imports(workdir, env)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

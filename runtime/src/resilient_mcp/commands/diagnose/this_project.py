@@ -1,0 +1,24 @@
+"""Which project `diagnose` belongs to, when it runs as a project's command; none when run alone."""
+
+from __future__ import annotations
+
+import sys
+
+from resilient_mcp.project import project_if_set
+
+
+def env_prefix() -> str:
+    """The project's settings prefix; empty when `diagnose` checks a server of its own choosing."""
+    project = project_if_set()
+    return project.env_prefix if project is not None else ""
+
+
+def package() -> str:
+    """The project's import name; empty when there is none."""
+    project = project_if_set()
+    return project.package if project is not None else ""
+
+
+def default_command() -> list[str]:
+    """The project's own server, as an MCP host would start it."""
+    return [sys.executable, "-m", package(), "serve"]

@@ -1,0 +1,3 @@
+"""What a project's tests and dev sessions use: its command started as a host would (`stdio`), a
+real PostgreSQL per session with a schema per test (`postgres`, a pytest plugin), and a local
+PostgreSQL kept between runs (`local_postgres`, `nox -s db`)."""
