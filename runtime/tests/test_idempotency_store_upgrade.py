@@ -29,7 +29,7 @@ OTHER_FP = fingerprint({"customer": "c-43", "amount_cents": 5})
 RESULT: dict[str, Any] = {"content": [{"type": "text", "text": "invoice 7 sent"}], "isError": False}
 ANA = "sub:ana"
 
-# The DDL of release 0.3.0 (core/_idempotency/sql.py, schema version 2), in each dialect.
+# The DDL of release 0.3.0 (store/sql.py, schema version 2), in each dialect.
 SCHEMA_0_3_0 = """
 CREATE TABLE idempotency_schema_version (version integer NOT NULL);
 INSERT INTO idempotency_schema_version (version) VALUES (2);

@@ -1,4 +1,4 @@
-"""The core's HTTP answers (core/_modern_exchange.py for 2026-07-28, core/_answer_stream.py for a
+"""The core's HTTP answers (http/modern_exchange.py for 2026-07-28, http/answer_stream.py for a
 2025-11-25 POST's SSE answer) against the SDK's own.
 
 Two servers with the sample tools, one each way (`HTTP_EXCHANGE=core`, the default, and `sdk`),

@@ -1,8 +1,8 @@
 """`@resource`, `@prompt` and `@completion`: the other MCP primitives, declared like `@tool`.
 
 Each decorator only attaches a spec; the app factory finds marked functions in the tools/
-modules (`_discovery`) and the server serves them through the same core as tools
-(`_primitive_calls`), so a module imported twice never registers anything twice.
+modules (`server.discovery`) and the server serves them through the same core as tools
+(`calls.primitive_calls`), so a module imported twice never registers anything twice.
 """
 
 from __future__ import annotations

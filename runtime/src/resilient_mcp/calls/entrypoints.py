@@ -1,6 +1,6 @@
 """What the SDK registers for a `@tool` function: the function, adapted where it must be.
 
-- A sync function runs in a worker thread (`_tool_threads`) that a time limit can abandon; the SDK's
+- A sync function runs in a worker thread (`calls.tool_threads`) that a time limit can abandon; the SDK's
   own thread cannot be cancelled, so a hung sync tool would ignore its time limit. An
   abandoned thread sees `cancelled()` turn true, and is counted and bounded.
 - A `side_effect=True` tool gains a required `idempotency_key` argument; the function

@@ -1,6 +1,6 @@
 """A side-effecting call behind the idempotency table: claimed before it runs, answered once.
 
-Two phases around the run, which `_tool_call` does between them: `claim_key` answers a
+Two phases around the run, which `calls.tool_call` does between them: `claim_key` answers a
 known key without running anything or holds a new one, and `HeldKey.record` stores the
 outcome (`HeldKey.interrupted` when the call ended with none).
 

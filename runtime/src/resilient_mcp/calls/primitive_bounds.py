@@ -2,7 +2,7 @@
 
 Every primitive is bounded alike: a read, a get or a completion takes a share of the same
 limits as a tool call (`_rate_limits.CallLimits`: the caller's `RATE_LIMIT` bucket, the
-process-wide `MAX_CONCURRENT_CALLS`) and runs within `TOOL_TIMEOUT_S` (on a `_time_limit`
+process-wide `MAX_CONCURRENT_CALLS`) and runs within `TOOL_TIMEOUT_S` (on a `calls.time_limit`
 timer), so a client cannot get around a tool's bounds by reading instead. Two stages around
 `_primitive_calls.answered`, which turns a failure into the JSON-RPC error:
 

@@ -10,7 +10,7 @@ raises on purpose is sent as raised, its message and data redacted as every text
 
 The SDK registers and renders them (`MCPServer.resource`, `add_prompt`, `completion`);
 `ResilientServer` overrides the public `read_resource` and `get_prompt` to call `answered`.
-Each runs within the limits tool calls meet (`_primitive_bounds`): a refusal or a stop at the
+Each runs within the limits tool calls meet (`calls.primitive_bounds`): a refusal or a stop at the
 time limit is `rate_limited` (code -32023, with `retry_after_s`) or `timeout`.
 """
 

@@ -3,7 +3,7 @@
 `build_tool` makes the SDK Tool (the schema hardened) and what each call needs of it: the
 argument validator and the output adapter, looked up once. `ServedTool.attempt` is one
 attempt at the call, what the SDK's `Tool.run` does with the arguments the core validated,
-the result cut to its size limit; `_tool_call` hands it to the retries.
+the result cut to its size limit; `calls.tool_call` hands it to the retries.
 """
 
 from __future__ import annotations

@@ -5,15 +5,15 @@
 1. the call's context: correlation id, caller, in flight, the `Call` context variable, and
    heartbeat progress when the call carries a progressToken (`_progress.heartbeat`);
 2. the refusals that cost nothing: stopping, an unknown tool, missing scopes, then the
-   limits (`_rate_limits`);
-3. strict validation (`_validation`);
+   limits (`calls.rate_limits`);
+3. strict validation (`calls.validation`);
 4. a side-effecting tool's claim (`_idempotent_call.claim_key`): a known key is answered
    without running anything;
-5. the run: one time limit for every attempt (`_time_limit`), transient failures of safe
+5. the run: one time limit for every attempt (`calls.time_limit`), transient failures of safe
    tools retried (`_resilience.run_with_retries`), each attempt `ServedTool.attempt`
-   (`_served_tool`: the body through `_entrypoints`, `convert_result`, `fit_result`);
+   (`calls.served_tool`: the body through `calls.entrypoints`, `convert_result`, `fit_result`);
 6. a side-effecting tool's record (`HeldKey.record`): the outcome stored for every retry;
-7. the answer: the call line (`_call_line`), telemetry, and for a failure its isError result
+7. the answer: the call line (`telemetry.call_line`), telemetry, and for a failure its isError result
    (`Failure.result`).
 
 Each stage is handed what it needs; none calls back into the server or into this module.
@@ -301,7 +301,7 @@ async def _run(
     """Every attempt at the call, all inside the one time limit.
 
     The limit cancels the task as `asyncio.timeout` would (a sync body's thread is
-    abandoned alike), from a timer all calls share (`_time_limit`); the server only
+    abandoned alike), from a timer all calls share (`calls.time_limit`); the server only
     runs on asyncio.
     """
     outcome = Attempts()  # filled in place: a call stopped at its limit still counts its attempts

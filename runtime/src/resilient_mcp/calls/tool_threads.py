@@ -6,7 +6,7 @@ first, and every call is slower by it. Here the body goes to a thread at once
 (`loop.run_in_executor`), in a copy of the call's context, and that thread is claimed as an
 AnyIO worker thread, as `to_thread`'s are, so `anyio.from_thread.run` works in a sync tool.
 A body the call stops waiting for goes on in its thread (Python cannot stop a thread);
-`_running` counts it. With every thread busy, a body waits in the pool's queue: a
+`calls.running` counts it. With every thread busy, a body waits in the pool's queue: a
 side-effecting body records its start only once its thread takes it
 (`Body.begin_in_thread`), so a call cut while it waited never began.
 """

@@ -1,9 +1,9 @@
 """Serving a `ResilientServer` over stdio or Streamable HTTP, until stdin ends or a signal has
-drained the calls in flight (`_shutdown`), with telemetry and the dependencies around it.
+drained the calls in flight (`calls.shutdown`), with telemetry and the dependencies around it.
 
-It sits above `_server`: it serves one, and `_server` imports none of what serving needs (the
-HTTP stack, the telemetry SDK), so the import graph has no circle, and a stdio server never
-loads the HTTP modules (`_http_server` is imported only when HTTP is served).
+It sits above `server.resilient_server`: it serves one, and the server imports none of what
+serving needs (the HTTP stack, the telemetry SDK), so the import graph has no circle, and a
+stdio server never loads the HTTP modules (`http.app` is imported only when HTTP is served).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ async def _end_of_input(server: ResilientServer) -> None:
 
 @contextlib.contextmanager
 def _stopped_by_signals(stop: Callable[[str], None], *, sigint: bool) -> Iterator[None]:
-    """SIGTERM, SIGHUP (and SIGINT) call `stop` on the event loop (`_http_server` does this for HTTP)."""
+    """SIGTERM, SIGHUP (and SIGINT) call `stop` on the event loop (`http.app` does this for HTTP)."""
     loop = asyncio.get_running_loop()
     handled = [signum for signum in STOP_SIGNALS if sigint or signum != signal.SIGINT]
     for signum in handled:

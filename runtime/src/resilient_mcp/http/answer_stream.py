@@ -12,7 +12,7 @@ that leaves sooner is noticed then.
 
 Every other stream (the standing GET stream, a replay after `Last-Event-ID`) is sse-starlette's
 as it is, and `<PREFIX>HTTP_EXCHANGE=sdk` leaves POST answers to it too. The differential test
-(tests/core/test_modern_exchange.py) holds both to the same answers in this era as well.
+(tests/test_modern_exchange.py) holds both to the same answers in this era as well.
 """
 
 from __future__ import annotations

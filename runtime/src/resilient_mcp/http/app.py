@@ -3,7 +3,7 @@
 Host/Origin checks on every bind, bearer or OAuth through the SDK's auth hooks, the probes,
 bounded bodies, sessions and slow clients, uvicorn's lines through the JSON log, and a
 drain on SIGTERM/SIGINT/SIGHUP: stop accepting, let calls in flight finish within
-`SHUTDOWN_GRACE_S`, cut and answer what is left (`_shutdown`), exit 0.
+`SHUTDOWN_GRACE_S`, cut and answer what is left (`calls.shutdown`), exit 0.
 """
 
 from __future__ import annotations

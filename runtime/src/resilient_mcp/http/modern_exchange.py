@@ -18,7 +18,7 @@ the same requests with the SDK's own checks, in the SDK's order, and the SDK's o
 Anything else goes to the SDK's entry unchanged: a handshake-era request, one without an
 `Mcp-Method` header, `subscriptions/listen` (a stream of notifications, not an exchange), a
 session manager set to answer in JSON only, and every request when `<PREFIX>HTTP_EXCHANGE=sdk`.
-tests/core/test_modern_exchange.py holds both entries to the same answers, request by request.
+tests/test_modern_exchange.py holds both entries to the same answers, request by request.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ into 401, and a token without the required scopes into 403. A token must name it
 apart by it (sessions, rate limits, idempotency keys).
 
 The keys come from the issuer's JWKS (PyJWT's `PyJWKClient` fetches and parses it) through
-`SigningKeyCache` (`_oauth_keys.py`): a key that verified keeps verifying while the issuer is
+`SigningKeyCache` (`http/oauth_keys.py`): a key that verified keeps verifying while the issuer is
 unreachable, and a token naming an unknown key waits at most a couple of seconds for one
 refresh that all such tokens share, never delaying the others.
 """
@@ -31,7 +31,7 @@ from resilient_mcp.telemetry.text import clip
 log = get_logger(__name__)
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
 LEEWAY_S = 30  # clocks of the issuer and this server may differ a little
-FETCH_TIMEOUT_S = 10  # one fetch of metadata or keys; no request waits this long (see _oauth_keys.py)
+FETCH_TIMEOUT_S = 10  # one fetch of metadata or keys; no request waits this long (see http/oauth_keys.py)
 _NUMERIC_DATES = ("exp", "nbf", "iat")
 
 

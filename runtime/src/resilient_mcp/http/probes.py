@@ -3,7 +3,7 @@
 `GET /livez` answers 200 while the process serves. It touches no dependency: a slow
 database must not get a healthy process restarted (readiness is the other probe's job).
 `GET /readyz` gives the verdict of the dependency checks health_check reports, which run in
-the background (see `_readiness`): 200 when none is failing, 503 with the failing ones
+the background (see `server.readiness`): 200 when none is failing, 503 with the failing ones
 otherwise, 503 `starting` before the first verdict, and 503 while the server drains after
 SIGTERM. It answers within `READYZ_WAIT_S`.
 

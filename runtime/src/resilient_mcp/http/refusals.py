@@ -3,13 +3,13 @@
 A 2026-07-28 request names its method and tool in headers (`Mcp-Method`, `Mcp-Name`; the SDK
 refuses a request whose body says otherwise), so a `tools/call` can be told from the rest
 without parsing. A `resources/read`, `prompts/get` or `completion/complete` meets the same
-server-wide limits as a tool call (`_primitive_bounds`), so it is refused here alike. The gate
+server-wide limits as a tool call (`calls.primitive_bounds`), so it is refused here alike. The gate
 sits inside the SDK's auth middleware, where the caller is known, and asks the same limits
 the core enforces, without taking anything: the core takes the call's share when it runs the
 call. A 2025-11-25 request carries no such headers; it reaches the core, which answers
 `rate_limited` in the tool result (a JSON-RPC error for the other primitives), as it does for
 a call that passed the gate but lost a race for the last slot. With `AUTH=oauth` the gate first
-asks the scope step-up check (`_scope_step_up`): a call the token may not make gets 403, not 429.
+asks the scope step-up check (`http.scope_step_up`): a call the token may not make gets 403, not 429.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ so the new token serves this call and every other. The body is the SDK's own for
 OAuth error object, not JSON-RPC), so a client sees one shape whichever scope was missing.
 
 Only a 2026-07-28 request names its tool in headers (`Mcp-Name`), so it is refused here, before
-its body is read or the tool begins; the rate-limit gate (`_http_rate_limits`) asks this first,
+its body is read or the tool begins; the rate-limit gate (`http.refusals`) asks this first,
 as the core checks scopes before limits. A 2025-11-25 request names its tool only in its body,
 read after this layer and its bounds; the core answers it `forbidden` in the tool result, which
 every client shows, whether it can step up or not.

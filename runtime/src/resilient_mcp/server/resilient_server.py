@@ -1,14 +1,14 @@
 """`ResilientServer`: the SDK's MCPServer with one seam that sees every tool call.
 
 `call_tool` is the verified seam: it receives the tool's own exception (as the
-`__cause__` of the SDK's ToolError). It hands the call to `_tool_call`, where each call is
+`__cause__` of the SDK's ToolError). It hands the call to `calls.tool_call`, where each call is
 validated, bounded in time, retried when safe, classified, counted and logged in one line;
 this module is the SDK's wiring: the tools registered, the seam, the dependencies opened and
-closed. Serving it over stdio or HTTP is `_serving`'s.
+closed. Serving it over stdio or HTTP is `commands.serve`'s.
 
-Resources, prompts and completions pass through `_primitive_calls` from the public
+Resources, prompts and completions pass through `calls.primitive_calls` from the public
 `read_resource` and `get_prompt` overrides; the 2025-11-25 methods MCPServer leaves
-unserved (`logging/setLevel`, `resources/subscribe`) come from `_handshake_era`.
+unserved (`logging/setLevel`, `resources/subscribe`) come from `server.handshake_era`.
 """
 
 from __future__ import annotations

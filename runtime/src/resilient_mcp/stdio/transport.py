@@ -9,7 +9,7 @@ that answers writes its answer to the pipe itself (`WireStream`). What the SDK's
 UTF-8 with replacement, a last line without a newline still counts, EOF ends the session
 cleanly (once `end_of_input` returned: calls in flight may still answer); only a lone CR
 ends no line here (MCP's stdio messages end in LF). Lines the SDK
-would drop are answered (-32700/-32600) by `_stdio_lines`, and each write waits until the
+would drop are answered (-32700/-32600) by `stdio.lines`, and each write waits until the
 pipe took every byte, so a peer that stops reading holds the server back instead of
 growing a buffer, and `FatalExit` learns when an answer is out.
 

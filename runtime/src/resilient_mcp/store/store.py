@@ -22,7 +22,7 @@ MAX_RETRY_AFTER_S = 10.0  # an in-progress answer never asks the model to wait l
 DB_FILENAME = "idempotency.sqlite3"
 
 # Whose keys a row holds (the `caller` column). Authenticated callers are `sub:<subject>` or
-# `client:<client_id>` (core/_callers.py): a prefix keeps every subject apart from these two.
+# `client:<client_id>` (calls/callers.py): a prefix keeps every subject apart from these two.
 LOCAL_CALLER = "local"  # the one principal of stdio, and of HTTP without auth
 LEGACY_CALLER = "legacy"  # stored before keys belonged to their caller (schema 2 and older)
 

@@ -1,6 +1,6 @@
 """The one log line per tool call, timed over the whole call.
 
-`ResilientServer.call_tool` (its pipeline, `_tool_call`) knows how a call ended, but the
+`ResilientServer.call_tool` (its pipeline, `calls.tool_call`) knows how a call ended, but the
 SDK works on both sides of it: it validates the request's arguments before, and shapes the
 answer for the wire after (for a large answer, most of the time). A server middleware, the
 SDK's public chain around every request, opens the clock before that validation and writes

@@ -72,7 +72,7 @@ def add_call_fields(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mu
 
 
 TraceIds = Callable[[], tuple[str, str] | None]
-# The current span's (trace_id, span_id), set by `_telemetry` when traces are exported: None, no lookup.
+# The current span's (trace_id, span_id), set by `server.otel` when traces are exported: None, no lookup.
 _trace_ids: TraceIds | None = None
 
 
