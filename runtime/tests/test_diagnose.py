@@ -328,6 +328,21 @@ def test_run_alone_it_diagnoses_the_server_command_it_is_given(subprocess_env: d
     assert "health_check" in report["tools"]
 
 
+def test_run_alone_without_a_server_says_what_to_give(subprocess_env: dict[str, str]) -> None:
+    """Outside a project there is no server of its own to start: a usage error, not a report."""
+    result = subprocess.run(
+        [sys.executable, "-m", "resilient_mcp.commands.diagnose"],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=ANSWER_TIMEOUT_S,
+    )
+
+    assert result.returncode == EXIT_USAGE
+    assert result.stdout == ""
+    assert "give --http URL, or its command after --" in result.stderr
+
+
 def test_help_documents_the_exit_codes_and_the_token(subprocess_env: dict[str, str]) -> None:
     result = subprocess.run(
         server_argv("diagnose", "--help"),

@@ -54,7 +54,7 @@ from resilient_mcp.commands.diagnose.exit_codes import EXIT_USAGE
 from resilient_mcp.commands.diagnose.progress import PROGRESS_AFTER_S, to_stderr
 from resilient_mcp.commands.diagnose.report import diagnose_http, diagnose_stdio
 from resilient_mcp.commands.diagnose.session import DEFAULT_TIMEOUT_S
-from resilient_mcp.commands.diagnose.this_project import default_command, env_prefix
+from resilient_mcp.commands.diagnose.this_project import default_command, env_prefix, package
 
 
 def _prog() -> str:
@@ -116,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("give the server command after --")
         if options.http and command:
             parser.error("give either --http URL or a command after --, not both")
+        if not (options.http or command or package()):
+            parser.error("run outside a project, it needs a server: give --http URL, or its command after --")
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else 0
     progress = to_stderr()
