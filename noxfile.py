@@ -21,14 +21,8 @@ TEST_DEPS = nox.project.dependency_groups(PYPROJECT, "test")
 LINT_DEPS = nox.project.dependency_groups(PYPROJECT, "lint")
 OWN_PYTHON = ["tests", "noxfile.py"]  # template/ holds Jinja: it is checked through rendered projects
 RUNTIME = ROOT / "runtime"
-# The library's suite serves a stand-in project, installed editable beside the library: the dev
-# group names both, which only `uv sync` resolves (tool.uv.sources); nox installs them by path.
-LOCAL_DISTRIBUTIONS = ("resilient-mcp", "sample-server")
-RUNTIME_TEST_DEPS = [
-    requirement
-    for requirement in nox.project.dependency_groups(nox.project.load_toml(RUNTIME / "pyproject.toml"), "dev")
-    if not requirement.startswith(LOCAL_DISTRIBUTIONS)
-]
+# Beside the library and its stand-in project, which nox installs editable by path.
+RUNTIME_TEST_DEPS = nox.project.dependency_groups(nox.project.load_toml(RUNTIME / "pyproject.toml"), "test")
 # The stand-in project's answers (tests/sample_project/.../project.py): the two sets the template's
 # projects are generated with, the postgres one also testing the store on SQLite.
 RUNTIME_VARIANTS = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from .library_wheel import RUNTIME
 from .project_env import ProjectEnv, find_python, quick_start_environ, run, uv_executable
@@ -27,16 +28,17 @@ def create_runtime_env(venv: Path, *more: str, extras: str = "postgres") -> Proj
     return ProjectEnv(RUNTIME, venv)
 
 
+def runtime_pyproject() -> dict[str, Any]:
+    return tomllib.loads((RUNTIME / "pyproject.toml").read_text(encoding="utf-8"))
+
+
 def suite_requirements() -> list[str]:
-    """What the library's own suite needs beyond the library and the stand-in (its dev group)."""
-    pyproject = tomllib.loads((RUNTIME / "pyproject.toml").read_text(encoding="utf-8"))
-    group: list[str] = pyproject["dependency-groups"]["dev"]
-    local = ("resilient-mcp", "sample-server")  # installed editable from this work tree instead
-    return [requirement for requirement in group if not requirement.startswith(local)]
+    """What the library's own suite needs beside the library and the stand-in (its test group)."""
+    group: list[str] = runtime_pyproject()["dependency-groups"]["test"]
+    return group
 
 
 def mcp_requirement() -> str:
     """The library's requirement on the MCP SDK (`mcp>=2.3,<3`), as its pyproject.toml states it."""
-    project = tomllib.loads((RUNTIME / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    dependencies: list[str] = project["dependencies"]
+    dependencies: list[str] = runtime_pyproject()["project"]["dependencies"]
     return next(requirement for requirement in dependencies if requirement.startswith("mcp"))
