@@ -53,6 +53,11 @@ class CoreSettings(BaseSettings):
     database_url: str | None = Field(None, description="PostgreSQL DSN (postgres backend)")
     tool_timeout_s: float = Field(60.0, gt=0, description="default per-call time limit")
     idempotency_ttl_s: int = Field(86400, gt=0, description="how long idempotency keys are kept")
+    task_ttl_s: int = Field(86400, gt=0, description="how long a finished task is kept (its ttlMs)")
+    task_poll_interval_ms: int = Field(1000, gt=0, description="the poll interval tasks tell clients")
+    max_tasks_per_caller: int = Field(
+        100, gt=0, description="unfinished tasks per caller (input_required included); more are rate_limited"
+    )
     retry_max_attempts: int = Field(4, ge=1, le=20, description="attempts in all for a transient failure")
     retry_max_s: float = Field(10.0, gt=0, description="time bound for those attempts")
     max_result_bytes: int = Field(

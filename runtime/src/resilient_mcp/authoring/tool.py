@@ -22,6 +22,9 @@ SPEC_ATTRIBUTE = "__mcp_tool_spec__"
 Reconciled = Literal["done", "not_done", "unknown"]
 # Asked with the idempotency key of a call whose outcome is unknown; looks at the outside system.
 Reconcile = Callable[[str], Reconciled] | Callable[[str], Awaitable[Reconciled]]
+# Whether a call may run as a durable task (DESIGN.md "Tasks"): never, when the client can, always.
+TaskSupport = Literal["forbidden", "optional", "required"]
+TASK_SUPPORTS: tuple[TaskSupport, ...] = ("forbidden", "optional", "required")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class ToolSpec:
     max_result_bytes: int | None = None
     rate_limit: float | None = None  # calls per minute per caller, for this tool
     max_concurrency: int | None = None  # calls of this tool running at once, all callers
+    task_support: TaskSupport = "forbidden"
 
     @property
     def description(self) -> str:
@@ -95,6 +99,7 @@ def tool(
     max_result_bytes: int | None = None,
     rate_limit: float | None = None,
     max_concurrency: int | None = None,
+    task_support: TaskSupport = "forbidden",
 ) -> Callable[[F], F]: ...
 
 
@@ -113,6 +118,7 @@ def tool(
     max_result_bytes: int | None = None,
     rate_limit: float | None = None,
     max_concurrency: int | None = None,
+    task_support: TaskSupport = "forbidden",
 ) -> Any:
     """Mark a function as an MCP tool; `@tool` and `@tool(...)` both work.
 
@@ -140,6 +146,10 @@ def tool(
             beside the RATE_LIMIT setting); more are `rate_limited` with a `retry_after`.
         max_concurrency: calls of this tool that may run at once (beside the
             MAX_CONCURRENT_CALLS setting); more are `rate_limited`, not queued.
+        task_support: whether a call may run as a durable task (the tasks extension):
+            "forbidden" (the default: always a normal call), "optional" (a task when the
+            client declared the extension, else a normal call) or "required" (a task; a
+            client without the extension gets -32021). The body is the same function.
     """
     if read_only and side_effect:
         raise TypeError("a tool cannot be both read_only and side_effect: choose one")
@@ -159,6 +169,8 @@ def tool(
         isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1
     ):
         raise TypeError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
+    if task_support not in TASK_SUPPORTS:
+        raise TypeError(f"task_support must be one of {', '.join(TASK_SUPPORTS)}, got {task_support!r}")
     if reconcile is not None and not side_effect:
         raise TypeError("reconcile is for side_effect=True tools: only they have keys in doubt")
 
@@ -178,6 +190,7 @@ def tool(
             max_result_bytes=max_result_bytes,
             rate_limit=rate_limit,
             max_concurrency=max_concurrency,
+            task_support=task_support,
         )
         setattr(fn, SPEC_ATTRIBUTE, spec)
         return fn

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -71,6 +72,20 @@ log = get_logger(__name__)
 LEASE_MARGIN_S = 30.0  # a claim outlives the call's time limit by this much before it is in doubt
 _NAME_IN_LOG = 100  # a client may send any name; the log keeps this much of it
 STOPPING_RETRY_AFTER_S = 2.0  # what a call refused or cut by the shutdown is told to wait
+STOPPED_BEFORE_THE_END = "the server stopped before the task's run finished"
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """A call run as a durable task's body: whose it is (the task's caller, for its idempotency
+    key), with no per-call limit (the task's creation met them) and its own time limit (the
+    tool's `timeout_s`, else TASK_TTL_S)."""
+
+    caller: str
+
+
+class CutAtShutdown(Exception):
+    """A task's run was cut by the shutdown: nothing is recorded, the task stays for another process."""
 
 
 class CallTelemetry(Protocol):
@@ -111,9 +126,17 @@ class ToolCalls:
         self._time_limits: TimeLimits | None = None  # the serving loop's, made on the first call
 
     async def answer(
-        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        context: Context[Any, Any] | None,
+        *,
+        task: TaskRun | None = None,
     ) -> CallToolResult | InputRequiredResult:
-        """One tools/call: its context, then its outcome, then its line and its answer."""
+        """One tools/call: its context, then its outcome, then its line and its answer.
+
+        `task`: the call is a durable task's run (`tasks.runner`), not a client's request.
+        Raises `CutAtShutdown` for a task run the shutdown cut: the task stays in the store."""
         started = time.perf_counter()
         served = self.served.get(name)
         # A declared name is the owner's; any other came from the client and may hold anything.
@@ -125,12 +148,12 @@ class ToolCalls:
         stats = self.stats
         stats.in_flight += 1
         token = enter_call(call)
-        task = asyncio.current_task()
+        this_call = asyncio.current_task()
         running = self.shutdown.calls
-        if task is not None:
-            running.add(task)
+        if this_call is not None:
+            running.add(this_call)
         try:
-            if context is not None and progress_requested(context):
+            if task is None and context is not None and progress_requested(context):
                 too_long = oversized_progress_token(context)
                 if too_long is not None:  # every heartbeat would echo it: refused before anything runs
                     outcome = Attempts(failure=Failure.refusal("invalid_input", too_long))
@@ -140,7 +163,7 @@ class ToolCalls:
                             served, name, arguments, tracked, correlation_id, subject
                         )
             else:  # the common case: no heartbeat task
-                outcome = await self._outcome(served, name, arguments, context, correlation_id, subject)
+                outcome = await self._outcome(served, name, arguments, context, correlation_id, subject, task)
         except MCPError as exc:  # raised on purpose: the client gets that JSON-RPC error, in both eras
             shown_protocol_error(exc)
             write_call_line(started, tool, correlation_id, "protocol_error", None, 1, subject)
@@ -155,6 +178,9 @@ class ToolCalls:
                 message=error.message,
             )
             raise
+        except CutAtShutdown:
+            write_call_line(started, tool, correlation_id, "error", "transient", 1, subject)
+            raise
         except BaseException as exc:  # a bug in this layer or a store: still an answer, never a leak
             if not is_own_cancellation(exc):
                 outcome = Attempts(failure=classify(exc, name, correlation_id))
@@ -163,7 +189,7 @@ class ToolCalls:
             else:
                 raise
         finally:
-            running.discard(task)
+            running.discard(this_call)
             leave_call(token)
             stats.in_flight -= 1
             stats.calls += 1
@@ -177,17 +203,26 @@ class ToolCalls:
         context: Context[Any, Any] | None,
         correlation_id: str,
         subject: str | None,
+        task: TaskRun | None = None,
     ) -> Attempts:
-        """Refused; or validated, claimed (a side effect), run and recorded (a side effect)."""
+        """Refused; or validated, claimed (a side effect), run and recorded (a side effect).
+
+        A task's run meets no limit and no shutdown refusal: its creation met them."""
         shutdown = self.shutdown
-        refused = _refusal(served, name, self.served, stopping=shutdown.stopping, scopes=self.scopes_enforced)
+        refused = _refusal(
+            served,
+            name,
+            self.served,
+            stopping=shutdown.stopping and task is None,
+            scopes=self.scopes_enforced and task is None,
+        )
         if refused is not None:
             return Attempts(failure=refused)
         assert served is not None
         spec = served.spec
         # Unknown and forbidden answers are final, so they come first; a limit's refusal comes
         # before validation and the idempotency table: it costs little, and a retry is safe.
-        over = self.limits.enter(spec, subject)
+        over = self.limits.enter(spec, subject) if task is None else None
         if over is not None:
             limited = Failure.refusal("rate_limited", over.message, retry_after_s=over.retry_after_s)
             return Attempts(failure=limited)
@@ -201,14 +236,16 @@ class ToolCalls:
                 context = self.new_context()
             max_bytes = spec.max_result_bytes or settings.max_result_bytes
             attempt: AttemptArgs = (arguments, validated, context, max_bytes)
-            timeout_s = spec.timeout_s or settings.tool_timeout_s
+            timeout_s = spec.timeout_s or (settings.tool_timeout_s if task is None else settings.task_ttl_s)
             limits = self._time_limits = time_limits(self._time_limits)
             if not spec.side_effect:
-                return await _run(served, attempt, correlation_id, timeout_s, limits, shutdown, settings)
+                return await _run(
+                    served, attempt, correlation_id, timeout_s, limits, shutdown, settings, task
+                )
             canonical = validated.model_dump(mode="json", by_alias=True)
             held = await claim_key(
                 await self.store.get(),
-                caller=key_caller(authenticated=self.sdk_settings.auth is not None),
+                caller=task.caller if task else key_caller(authenticated=self.sdk_settings.auth is not None),
                 tool=name,
                 key=canonical[KEY_ARGUMENT],
                 fingerprint=fingerprint(canonical),
@@ -221,18 +258,24 @@ class ToolCalls:
                 return held  # answered without running: a replay, a conflict, a key in doubt
             token = set_body(held.body)  # the entrypoint marks the body's start in the key's row
             try:
-                outcome = await _run(served, attempt, correlation_id, timeout_s, limits, shutdown, settings)
+                outcome = await _run(
+                    served, attempt, correlation_id, timeout_s, limits, shutdown, settings, task
+                )
             except anyio.get_cancelled_exc_class():
                 await held.interrupted("the call was cancelled")
                 raise
             except MCPError:  # e.g. the client cannot answer a question the tool must ask first
                 await held.interrupted("a protocol error during the call")
                 raise
+            except CutAtShutdown:
+                await held.interrupted(STOPPED_BEFORE_THE_END)
+                raise
             finally:
                 reset_body(token)
             return await held.record(outcome, correlation_id)
         finally:
-            self.limits.leave(spec)
+            if task is None:
+                self.limits.leave(spec)
 
     def _answered(
         self,
@@ -297,6 +340,7 @@ async def _run(
     limits: TimeLimits,
     shutdown: Shutdown,
     settings: CoreSettings,
+    task: TaskRun | None = None,
 ) -> Attempts:
     """Every attempt at the call, all inside the one time limit.
 
@@ -323,6 +367,8 @@ async def _run(
         if deadline.caused(exc):
             outcome.failure = _past_time_limit(spec, timeout_s)
         elif shutdown.caused(exc):
+            if task is not None:  # left in the store, for the next process to take over
+                raise CutAtShutdown from None
             outcome.failure = _cut_at_shutdown(spec)
         else:
             raise  # the client's cancellation

@@ -17,9 +17,11 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import (
+    CallToolRequestParams,
     CallToolResult,
     GetPromptResult,
     InputRequiredResult,
@@ -27,6 +29,7 @@ from mcp.types import (
     SubscribeRequestParams,
     UnsubscribeRequestParams,
 )
+from mcp_types import InputResponseRequestParams
 
 from resilient_mcp.authoring.checks import HealthCheck
 from resilient_mcp.authoring.errors import FatalError
@@ -47,6 +50,10 @@ from resilient_mcp.sdk_fence import lowlevel_server_of, subscriptions_of
 from resilient_mcp.server.handshake_era import HandshakeEraMethods
 from resilient_mcp.server.startup import exit_fatal
 from resilient_mcp.store import StoreHandle
+from resilient_mcp.store.task_table import TaskRow
+from resilient_mcp.tasks.extension import TasksExtension
+from resilient_mcp.tasks.runner import TaskRunner
+from resilient_mcp.tasks.task_context import ProgressSink, TaskContext
 from resilient_mcp.telemetry.call_line import time_tool_calls
 
 
@@ -72,8 +79,16 @@ class ResilientServer(MCPServer[Any]):
         **kwargs: Any,
     ) -> None:
         built = [build_tool(spec, strict=strict) for spec in specs]
+        # Advertised only when a tool can run as a task: a server without one answers as before.
+        tasks = TasksExtension() if any(spec.task_support != "forbidden" for spec in specs) else None
         # The middleware times each call from the SDK's validation of it to its answer built.
-        super().__init__(name, tools=[tool for tool, _ in built], middleware=[time_tool_calls], **kwargs)
+        super().__init__(
+            name,
+            tools=[tool for tool, _ in built],
+            middleware=[time_tool_calls],
+            extensions=[tasks] if tasks is not None else None,
+            **kwargs,
+        )
         self.served = {served.spec.name: served for _, served in built}
         self.shutdown = Shutdown(app_settings.shutdown_grace_s)
         self.limits = CallLimits(
@@ -90,6 +105,10 @@ class ResilientServer(MCPServer[Any]):
             shutdown=self.shutdown,
             new_context=functools.partial(Context, mcp_server=self, subscriptions=subscriptions_of(self)),
         )
+        # Durable tasks: the runner runs their bodies, on the tool calls' own path.
+        self.tasks = TaskRunner(self.tool_calls, store, self._task_context)
+        if tasks is not None:
+            tasks.bind(self.tool_calls, self.tasks, self._request_context)
         # Reads, gets and completions within the same limits, counted where tool calls are.
         self.bounds = PrimitiveBounds(limits=self.limits, stats=stats, timeout_s=app_settings.tool_timeout_s)
         self.primitives = primitives or Primitives()
@@ -107,6 +126,28 @@ class ResilientServer(MCPServer[Any]):
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
         return await self.tool_calls.answer(name, arguments, context)
+
+    def _task_context(self, row: TaskRow, progress: ProgressSink) -> TaskContext:
+        """The Context a task's body runs with: its answers so far, what its client declared."""
+        answers = InputResponseRequestParams.model_validate(
+            {"inputResponses": row.decoded("answers"), "requestState": row.request_state}
+        )
+        return TaskContext(
+            task_id=row.task_id,
+            capabilities=row.decoded("capabilities"),
+            progress=progress,
+            mcp_server=self,
+            input_params=answers,
+            subscriptions=subscriptions_of(self),
+        )
+
+    def _request_context(
+        self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
+    ) -> Context[Any, Any]:
+        """The Context the SDK gives a tools/call request (for a task's questions asked first)."""
+        return Context(
+            request_context=ctx, mcp_server=self, input_params=params, subscriptions=subscriptions_of(self)
+        )
 
     # What serving arms is set here, as before; `tool_calls` holds it for every call to read.
     @property
@@ -203,10 +244,13 @@ class ResilientServer(MCPServer[Any]):
             await self.resources.check_at_startup()
         except FatalError as exc:
             exit_fatal(exc)
+        self.tasks.watch()  # tasks of a process that died are taken over from now on
 
     async def close_dependencies(self) -> None:
-        """The owner's lifespans close (last opened first), then the store."""
+        """Task runs left (past the shutdown's grace) stay for another process; the owner's
+        lifespans close (last opened first), then the store."""
         try:
+            await self.tasks.close()
             await self.resources.close()
         finally:
             await self.store.close()

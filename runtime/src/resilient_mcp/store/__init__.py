@@ -46,11 +46,15 @@ def create_store(settings: CoreSettings) -> IdempotencyStore:
     if this_project().idempotency_backend == "postgres":
         from resilient_mcp.store.postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
 
-        store: IdempotencyStore = PostgresStore(settings.database_url, ttl_s=settings.idempotency_ttl_s)
+        store: IdempotencyStore = PostgresStore(
+            settings.database_url, ttl_s=settings.idempotency_ttl_s, task_ttl_s=settings.task_ttl_s
+        )
         return store
     from resilient_mcp.store.sqlite import SQLiteStore
 
-    return SQLiteStore(settings.data_dir / DB_FILENAME, ttl_s=settings.idempotency_ttl_s)
+    return SQLiteStore(
+        settings.data_dir / DB_FILENAME, ttl_s=settings.idempotency_ttl_s, task_ttl_s=settings.task_ttl_s
+    )
 
 
 __all__ = [

@@ -120,8 +120,9 @@ class PostgresStore(SQLStore):
         ttl_s: float = DEFAULT_TTL_S,
         heartbeat_s: float = HEARTBEAT_S,
         pool_max_size: int = POOL_MAX_SIZE,
+        task_ttl_s: float = DEFAULT_TTL_S,
     ) -> None:
-        super().__init__(ttl_s=ttl_s, heartbeat_s=heartbeat_s)
+        super().__init__(ttl_s=ttl_s, heartbeat_s=heartbeat_s, task_ttl_s=task_ttl_s)
         self.dsn = dsn
         self.pool_max_size = pool_max_size
         self._pool: AsyncConnectionPool[AsyncConn] | None = None

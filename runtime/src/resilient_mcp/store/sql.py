@@ -28,6 +28,7 @@ import anyio
 import structlog
 
 from resilient_mcp.authoring.errors import ClaimLostError, FatalError, StoreUnavailableError
+from resilient_mcp.store import task_table
 from resilient_mcp.store.instances import HeartbeatThread, Instance, OwnerRow, owner_gone_reason
 from resilient_mcp.store.rules import (
     LEASE_EXPIRED,
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 Params = Mapping[str, Any]
 _log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 PURGE_EVERY_S = 60.0
 CHECK_TIMEOUT_S = 5.0
 CLAIM_ATTEMPTS = 5  # a row deleted between our INSERT and SELECT: insert again
@@ -216,6 +217,8 @@ class Statements:
             (f"ALTER TABLE idempotency_keys ADD COLUMN body {d.small_int_type} NOT NULL DEFAULT 1",),
             # Keys belong to their caller; the rows from before get the legacy caller.
             _caller_in_primary_key(d),
+            # Durable tasks, in the same database (task_table.py).
+            task_table.migration(d),
         )
         self.schema_lock = d.schema_lock and c(d.schema_lock)
         self.sweep_lock = d.sweep_lock and c(d.sweep_lock)
@@ -411,11 +414,20 @@ class SQLStore(IdempotencyStore):
 
     dialect: ClassVar[Dialect]
     sql: ClassVar[Statements]
+    task_sql: ClassVar[task_table.TaskStatements]
 
-    def __init__(self, *, ttl_s: float = DEFAULT_TTL_S, heartbeat_s: float = HEARTBEAT_S) -> None:
+    def __init__(
+        self,
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        heartbeat_s: float = HEARTBEAT_S,
+        task_ttl_s: float = DEFAULT_TTL_S,
+    ) -> None:
         self.ttl_s = ttl_s
+        self.task_ttl_s = task_ttl_s
         self.heartbeat_s = heartbeat_s
         self.me = Instance.new(heartbeat_s)
+        self.tasks = task_table.TaskTable(self._session, self.task_sql, self.me.instance_id)
         self._heartbeat: HeartbeatThread | None = None
         self._opened = False
         self._last_purge = 0.0
@@ -424,6 +436,7 @@ class SQLStore(IdempotencyStore):
         super().__init_subclass__(**kwargs)
         if "dialect" in cls.__dict__:
             cls.sql = Statements(cls.dialect)
+            cls.task_sql = task_table.TaskStatements(cls.dialect)
 
     # --- what a backend provides ------------------------------------------------
 
@@ -772,6 +785,7 @@ class SQLStore(IdempotencyStore):
             if now - self._last_purge >= PURGE_EVERY_S:
                 self._last_purge = now
                 await db.execute(sql.purge, {"ttl": float(self.ttl_s)})
+                await db.execute(self.task_sql.purge, {"ttl": float(self.task_ttl_s)})
 
     # --- row mapping ------------------------------------------------------------
 

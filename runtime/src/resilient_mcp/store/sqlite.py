@@ -78,8 +78,15 @@ class SQLiteStore(SQLStore):
     dialect = DIALECT
     start_in_claim = False  # the claim waits for fsync, a start mark does not
 
-    def __init__(self, path: Path, *, ttl_s: float = DEFAULT_TTL_S, heartbeat_s: float = HEARTBEAT_S) -> None:
-        super().__init__(ttl_s=ttl_s, heartbeat_s=heartbeat_s)
+    def __init__(
+        self,
+        path: Path,
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        heartbeat_s: float = HEARTBEAT_S,
+        task_ttl_s: float = DEFAULT_TTL_S,
+    ) -> None:
+        super().__init__(ttl_s=ttl_s, heartbeat_s=heartbeat_s, task_ttl_s=task_ttl_s)
         self.path = path
         self._conn: sqlite3.Connection | None = None  # the event loop's
         self._writer: SQLiteWriter | None = None
