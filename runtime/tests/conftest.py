@@ -32,6 +32,18 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "network: serves HTTP on loopback to real clients; slower (-m 'not network' skips)"
     )
     config.addinivalue_line("markers", "smoke: a few quick tests across the library (-m smoke runs them)")
+    config.addinivalue_line(
+        "markers",
+        "both_backends: runs on SQLite and on PostgreSQL whatever the project's backend, so its outcome "
+        "does not depend on the suite's answers (-m 'not both_backends' skips it in all but one run)",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test of the store on each backend (the `backend` fixture) is marked `both_backends`."""
+    for item in items:
+        if "backend" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.both_backends)
 
 
 @pytest.fixture(scope="session", autouse=True)
