@@ -105,6 +105,7 @@ async def make_server(sample_tools: ModuleType) -> AsyncIterator[Callable[..., R
 
     yield make
     for server in made:
+        await server.tasks.close()
         await server.store.close()
 
 

@@ -1,5 +1,6 @@
 """A project's server built in memory, as its tests use it: the settings of this test's
-environment, the tools of its `tools` package, the idempotency table closed afterwards."""
+environment, the tools of its `tools` package, its task runs stopped and the idempotency table
+closed afterwards."""
 
 from __future__ import annotations
 
@@ -22,4 +23,5 @@ async def built_server(
     try:
         yield server
     finally:
+        await server.tasks.close()  # task runs still going stay in the table, as at a shutdown
         await server.store.close()
