@@ -104,20 +104,24 @@ def test_the_readme_client_config_commands_run_as_written(
 
 
 @pytest.mark.generated
-def test_the_add_a_tool_test_passes_against_the_add_a_tool_example(
-    project_env: Callable[[str], ProjectEnv], tmp_path: Path
+@pytest.mark.parametrize(
+    ("heading", "module", "selected"),
+    [("Add a tool", "parcels", "parcel"), ("Long work: tasks", "primes", "primes")],
+)
+def test_a_readme_example_passes_the_test_the_readme_gives_it(
+    project_env: Callable[[str], ProjectEnv], tmp_path: Path, heading: str, module: str, selected: str
 ) -> None:
-    """The README's tool in tools/, its test in tests/tools/: ruff, mypy --strict and the test pass."""
+    """The section's tool in tools/, its test in tests/tools/: ruff, mypy --strict and the test pass."""
     env = project_env(ENTRY)
     package = answers(**MATRIX[ENTRY])["package_name"]
-    tool, test = section_snippets((env.project / "README.md").read_text(encoding="utf-8"), "Add a tool")
+    tool, test = section_snippets((env.project / "README.md").read_text(encoding="utf-8"), heading)
     project = tmp_path / "project"
     shutil.copytree(env.project, project, ignore=shutil.ignore_patterns(".venv", ".git", ".mypy_cache"))
-    (project / "src" / package / "tools" / "parcels.py").write_text(
-        f'"""Parcels."""\n\n{tool}', encoding="utf-8"
+    (project / "src" / package / "tools" / f"{module}.py").write_text(
+        f'"""The README\'s example."""\n\n{tool}', encoding="utf-8"
     )
-    test_file = project / "tests" / "tools" / "test_parcel_quote.py"
-    test_file.write_text(f'"""The parcel tool\'s tests."""\n\n{test}', encoding="utf-8")
+    test_file = project / "tests" / "tools" / f"test_{module}.py"
+    test_file.write_text(f'"""The README\'s example\'s tests."""\n\n{test}', encoding="utf-8")
     copy = ProjectEnv(project, env.venv)
     copy.run("ruff", "check", str(test_file))
     copy.run("ruff", "format", "--check", str(test_file))
@@ -125,6 +129,6 @@ def test_the_add_a_tool_test_passes_against_the_add_a_tool_example(
     # The copy's package first on the path: the venv's editable install points at the original.
     environ = {**copy.environ, "PYTHONPATH": str(project / "src")}
     passed = run(
-        [str(env.venv / "bin" / "python"), "-m", "pytest", "-q", "-k", "parcel"], project, env=environ
+        [str(env.venv / "bin" / "python"), "-m", "pytest", "-q", "-k", selected], project, env=environ
     )
     assert "2 passed" in passed

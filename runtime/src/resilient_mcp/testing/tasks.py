@@ -146,10 +146,12 @@ class TaskPolling(ClientExtension):
     def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S, poll_s: float | None = None) -> None:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
+        self.tasks: list[Task] = []  # every task waited for, as it ended: a test can tell a call was one
 
     def claims(self) -> list[ResultClaim[Any]]:
         return [ResultClaim(result_type="task", model=CreatedTask, resolve=self._resolve)]
 
     async def _resolve(self, created: CreatedTask, ctx: ClaimContext) -> CallToolResult:
         task = await wait_for_task(ctx.session, created.task_id, timeout_s=self.timeout_s, poll_s=self.poll_s)
+        self.tasks.append(task)
         return final_result(task)
