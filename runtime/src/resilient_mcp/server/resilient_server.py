@@ -52,6 +52,7 @@ from resilient_mcp.server.startup import exit_fatal
 from resilient_mcp.store import StoreHandle
 from resilient_mcp.store.task_table import TaskRow
 from resilient_mcp.tasks.extension import TasksExtension
+from resilient_mcp.tasks.handshake_era import HandshakeEraTasks
 from resilient_mcp.tasks.runner import TaskRunner
 from resilient_mcp.tasks.task_context import ProgressSink, TaskContext
 from resilient_mcp.telemetry.call_line import time_tool_calls
@@ -81,11 +82,12 @@ class ResilientServer(MCPServer[Any]):
         built = [build_tool(spec, strict=strict) for spec in specs]
         # Advertised only when a tool can run as a task: a server without one answers as before.
         tasks = TasksExtension() if any(spec.task_support != "forbidden" for spec in specs) else None
+        tasks_2025 = HandshakeEraTasks(tasks) if tasks is not None else None  # the same tasks, in 2025-11-25
         # The middleware times each call from the SDK's validation of it to its answer built.
         super().__init__(
             name,
             tools=[tool for tool, _ in built],
-            middleware=[time_tool_calls],
+            middleware=[time_tool_calls] if tasks_2025 is None else [time_tool_calls, tasks_2025.middleware],
             extensions=[tasks] if tasks is not None else None,
             **kwargs,
         )
@@ -115,6 +117,8 @@ class ResilientServer(MCPServer[Any]):
         self.strict = strict
         self.prompts = register(self, self.primitives, self.bounds)
         self._serve_handshake_era_methods()
+        if tasks_2025 is not None:
+            tasks_2025.serve_on(lowlevel_server_of(self))
         self.app_settings = app_settings
         self.stats = stats
         self.store = store

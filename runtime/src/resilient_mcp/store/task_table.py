@@ -203,6 +203,10 @@ class TaskStatements:
         )
         self.counts = "SELECT status, count(*) FROM mcp_tasks GROUP BY status"
         self.open_of_caller = c(f"SELECT count(*) FROM mcp_tasks WHERE caller = :caller AND {open_statuses}")
+        # A caller's tasks a page at a time, in task id order (stable under inserts: ids are random).
+        self.page_of_caller = c(
+            f"{select} WHERE caller = :caller AND task_id > :after ORDER BY task_id LIMIT :limit"
+        )
         self.newest = c(f"{select} ORDER BY created_at DESC LIMIT :limit")
         self.newest_of_status = c(f"{select} WHERE status = :status ORDER BY created_at DESC LIMIT :limit")
         # A finished task is kept `ttl` seconds; one left waiting for answers as long.
@@ -359,6 +363,12 @@ class TaskTable:
         async with self._session("task_open_count") as db:
             row = await db.one(self.sql.open_of_caller, {"caller": caller})
         return int(row[0]) if row else 0
+
+    async def page(self, caller: str, *, after: str = "", limit: int = 50) -> list[TaskRow]:
+        """The caller's tasks whose id sorts after `after`, at most `limit` of them."""
+        async with self._session("task_page") as db:
+            rows = await db.rows(self.sql.page_of_caller, {"caller": caller, "after": after, "limit": limit})
+        return [TaskRow(*row) for row in rows]
 
     async def newest(self, *, status: TaskStatus | None = None, limit: int = 50) -> list[TaskRow]:
         async with self._session("task_list") as db:

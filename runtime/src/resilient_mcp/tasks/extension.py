@@ -32,8 +32,9 @@ from resilient_mcp.authoring.outcomes import Failure
 from resilient_mcp.calls.callers import caller, forbidden_message, key_caller, missing_scopes
 from resilient_mcp.calls.served_tool import ServedTool
 from resilient_mcp.store import KEY_ARGUMENT, fingerprint
-from resilient_mcp.store.task_table import NewTask
+from resilient_mcp.store.task_table import NewTask, TaskRow
 from resilient_mcp.tasks import wire
+from resilient_mcp.tasks.wire import TASKS_2025
 from resilient_mcp.telemetry.call_context import new_correlation_id
 from resilient_mcp.telemetry.call_line import write_call_line
 from resilient_mcp.telemetry.logs import get_logger
@@ -99,18 +100,29 @@ class TasksExtension(Extension):
         self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
         served = self.tool_calls.served.get(params.name)
-        if served is None or served.spec.task_support == "forbidden":
-            return await call_next(ctx)
+        if served is None or served.spec.task_support == "forbidden" or ctx.protocol_version == TASKS_2025:
+            return await call_next(ctx)  # 2025-11-25 tasks are the core's (handshake_era), asked with `task`
         if not declared(ctx, params.meta):
             if served.spec.task_support == "required":
                 raise wire.extension_required(f"{params.name} runs only as a task: it")
             return await call_next(ctx)
-        return await self._create(served, params, ctx)
+        made = await self.create(served, params, ctx)
+        if not isinstance(made, TaskRow):
+            return made
+        return wire.created(
+            made, ttl_ms=self.ttl_ms(), poll_interval_ms=self.core_settings.task_poll_interval_ms
+        )
 
-    async def _create(
-        self, served: ServedTool, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]
-    ) -> HandlerResult:
-        """Checked as a call, its questions asked first, then written; answered once written."""
+    async def create(
+        self,
+        served: ServedTool,
+        params: CallToolRequestParams,
+        ctx: ServerRequestContext[Any, Any],
+        *,
+        questions_first: bool = True,
+    ) -> TaskRow | CallToolResult | InputRequiredResult:
+        """Checked as a call, its questions asked first (unless told not to), then written: the
+        task once written, else the refusal or the questions to answer with no task made."""
         started = time.perf_counter()
         spec, tool_calls, settings = served.spec, self.tool_calls, self.core_settings
         correlation_id = new_correlation_id()
@@ -137,7 +149,7 @@ class TasksExtension(Extension):
         if problem is not None:
             return refused(Failure.refusal("invalid_input", problem))
         assert validated is not None
-        if served.tool.resolved_params:  # its questions come before any work: asked with no task
+        if questions_first and served.tool.resolved_params:  # before any work: asked with no task
             asked = await self._questions_first(served, arguments, params, ctx)
             if asked is not None:
                 return asked
@@ -174,7 +186,7 @@ class TasksExtension(Extension):
             correlation_id=correlation_id,
             existing=made.existing,
         )
-        return wire.created(row, ttl_ms=self._ttl_ms(), poll_interval_ms=settings.task_poll_interval_ms)
+        return row
 
     async def _questions_first(
         self,
@@ -198,7 +210,7 @@ class TasksExtension(Extension):
             f"nothing was started. Wait for one to finish (tasks/get) or cancel one, then retry"
         )
 
-    def _ttl_ms(self) -> int:
+    def ttl_ms(self) -> int:
         return int(self.core_settings.task_ttl_s * 1000)
 
     # --- tasks/get, tasks/update, tasks/cancel ------------------------------------------
@@ -209,7 +221,7 @@ class TasksExtension(Extension):
         if row is None:
             raise wire.unknown_task(params.task_id)
         return wire.detailed(
-            row, ttl_ms=self._ttl_ms(), poll_interval_ms=self.core_settings.task_poll_interval_ms
+            row, ttl_ms=self.ttl_ms(), poll_interval_ms=self.core_settings.task_poll_interval_ms
         )
 
     async def update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> HandlerResult:
@@ -220,7 +232,7 @@ class TasksExtension(Extension):
         if row is None:
             raise wire.unknown_task(params.task_id)
         pending = row.decoded("input_requests") or {}
-        answers = _checked_answers({k: v for k, v in params.input_responses.items() if k in pending})
+        answers = checked_answers({k: v for k, v in params.input_responses.items() if k in pending})
         row = await table.answer(params.task_id, who, answers) if answers else row
         if row is None:
             raise wire.unknown_task(params.task_id)
@@ -285,7 +297,7 @@ def _dumped(responses: Mapping[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def _checked_answers(responses: Mapping[str, Any]) -> dict[str, Any]:
+def checked_answers(responses: Mapping[str, Any]) -> dict[str, Any]:
     """Answers to pending requests as the body will read them; a malformed one is -32602, and
     nothing of the update is kept. Answers to no pending request are ignored."""
     checked: dict[str, Any] = {}

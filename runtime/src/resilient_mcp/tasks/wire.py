@@ -20,6 +20,7 @@ EXTENSION = "io.modelcontextprotocol/tasks"
 # Where a 2026-07-28 request declares the client's capabilities for itself alone.
 REQUEST_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 ACK: dict[str, Any] = {"resultType": "complete"}
+TASKS_2025 = "2025-11-25"  # the revision whose core had tasks (`tasks.handshake_era` serves them)
 
 
 def iso(seconds: float) -> str:
