@@ -18,7 +18,7 @@ from resilient_mcp.commands.diagnose.session import NoAnswer
 from sample_tools.effects import effects_count
 from support import ANSWER_TIMEOUT_S, StdioSession, server_argv, server_env
 
-TASK_TOOLS = Path(__file__).parent / "task_tools"
+TASK_TOOLS = Path(__file__).parent / "era_task_tools"
 RELATED = "io.modelcontextprotocol/related-task"
 ERA = "2025-11-25"
 
