@@ -122,16 +122,19 @@ async def test_a_created_task_is_working_and_read_back_only_by_its_caller(store:
 async def test_a_caller_has_at_most_max_open_unfinished_tasks_input_required_included(
     store: IdempotencyStore,
 ) -> None:
-    first = await created(store)
+    first = await created(store, task(key="report-1"))
     second = await created(store)
     assert await store.tasks.park(first.task_id, {"name": ASK_NAME}, None, "waiting for a name")
 
     refused = await store.tasks.create(task(), max_open=MAX_OPEN)
+    retried = await store.tasks.create(task(key="report-1"), max_open=MAX_OPEN)
     others = await store.tasks.create(task(BEN), max_open=MAX_OPEN)
     assert await store.tasks.finish(second.task_id, "completed", RESULT)
     freed = await store.tasks.create(task(), max_open=MAX_OPEN)
 
     assert (refused.row, refused.existing) == (None, False), "an input_required task counts"
+    assert retried.row is not None, "at the bound, a retry of a key still gets its task"
+    assert (retried.existing, retried.row.task_id) == (True, first.task_id)
     assert others.row is not None, "the bound is per caller"
     assert freed.row is not None, "a finished task frees its slot"
     assert await store.tasks.open_count(ANA) == 2
