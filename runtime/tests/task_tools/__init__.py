@@ -1,0 +1,1 @@
+"""Tools that run as durable tasks, for the tasks tests (tests/test_tasks.py)."""
