@@ -14,13 +14,16 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+import task_support
 from http_support import get
+from resilient_mcp.commands.diagnose import MODERN, open_session
 from resilient_mcp.http.probes import READYZ_PATH
 from resilient_mcp.server.health_tool import HealthReport
 from resilient_mcp.server.resilient_server import ResilientServer
 from resilient_mcp.store.postgres import describe_dsn
 from sample_server.project import ENV_PREFIX, IDEMPOTENCY_BACKEND
-from support import http_server, server_argv, server_env
+from support import ANSWER_TIMEOUT_S, StdioSession, http_server, server_argv, server_env
+from task_support import TASK_TOOLS, run_sql, start_task, wait_for_status
 
 Mode = Literal["legacy", "auto"]
 ERAS: list[Mode] = ["legacy", "auto"]  # the 2025-11-25 initialize handshake, and 2026-07-28
@@ -136,3 +139,28 @@ def test_neither_health_check_nor_readyz_shows_where_the_data_lives(data_dir: Pa
 async def health_over_http(url: str) -> dict[str, Any]:
     async with Client(url) as client:
         return await health(client)
+
+
+def test_health_check_counts_open_tasks_and_outlives_a_task_table_it_cannot_read(
+    data_dir: Path, database_url: str | None
+) -> None:
+    """Tasks working and waiting for answers, on one server; then its tasks table gone."""
+    env = server_env(data_dir=str(data_dir), shutdown_grace_s="1")
+    with StdioSession(server_argv(extra_tools=TASK_TOOLS), env=env) as session:
+        assert "result" in open_session(session, MODERN, timeout=ANSWER_TIMEOUT_S)
+        before = task_health(session)
+        for _ in range(2):
+            start_task(session, "slow_compute", seconds=300)
+        asking = start_task(session, "confirm_delete", filename="notes.txt")
+        wait_for_status(session, asking, "input_required")
+        during = task_health(session)
+        run_sql(data_dir, database_url, "ALTER TABLE mcp_tasks RENAME TO mcp_tasks_elsewhere")
+        unreadable = task_health(session)
+    assert before == {"status": "ok", "tasks_working": 0, "tasks_input_required": 0}
+    assert during == {"status": "ok", "tasks_working": 2, "tasks_input_required": 1}
+    assert unreadable == {"status": "ok", "tasks_working": None, "tasks_input_required": None}
+
+
+def task_health(session: StdioSession) -> dict[str, Any]:
+    report = task_support.health(session)
+    return {name: report[name] for name in ("status", "tasks_working", "tasks_input_required")}

@@ -40,6 +40,7 @@ from support import (
     server_argv,
     server_env,
 )
+from task_support import TASK_TOOLS, as_task, start_task, wait_for_status
 from template_files import rendered_for_the_sample_project, template_source
 
 ALERT_RULES = "deploy/observability/prometheus-alerts.yml"
@@ -288,17 +289,69 @@ def test_metrics_count_a_known_mix_of_calls(data_dir: Path) -> None:
     assert sample(limited, "mcp_server_rate_limited_total", gen_ai_tool_name="echo") == 1
     assert sample(limited, calls, gen_ai_tool_name="echo", mcp_tool_category="rate_limited") == 1
     assert sample(limited, calls, gen_ai_tool_name="echo", mcp_tool_category="ok") == 1
+    assert_shipped_queries_name_exposed_metrics(metrics + limited, lambda name: not is_task_metric(name))
+    assert_promtool_accepts(metrics, limited)
+
+
+def is_task_metric(name: str) -> bool:
+    return name.startswith(("mcp_server_tasks", "mcp_server_task_"))
+
+
+def assert_shipped_queries_name_exposed_metrics(scraped: str, of: Callable[[str], bool]) -> None:
+    """Every metric (of those `of` picks) the alert rules and the dashboard query is in `scraped`."""
     used = re.findall(r"\bmcp_server_\w+", rendered_for_the_sample_project(ALERT_RULES))
     used += re.findall(r"\bmcp_server_\w+", template_source(DASHBOARD))
-    lines = (metrics + limited).splitlines()
-    exposed = {line.split("{")[0].split(" ")[0] for line in lines if line.startswith("mcp_")}
-    assert set(used) <= exposed, set(used) - exposed
+    exposed = {line.split("{")[0].split(" ")[0] for line in scraped.splitlines() if line.startswith("mcp_")}
+    picked = {name for name in used if of(name)}
+    assert picked, "the alert rules and the dashboard query none of these metrics"
+    assert picked <= exposed, picked - exposed
+
+
+def assert_promtool_accepts(*scrapes: str) -> None:
     if shutil.which("promtool") is not None:
-        for text in (metrics, limited):
+        for text in scrapes:
             checked = subprocess.run(
                 ["promtool", "check", "metrics"], input=text.encode(), capture_output=True, check=False
             )
             assert checked.returncode == 0, checked.stderr.decode() + checked.stdout.decode()
+
+
+def task_timed(metrics: str, label: str) -> bool:
+    """Whether a series of the task duration histogram has this label."""
+    return (
+        re.search(r"^mcp_server_task_duration_seconds_count\{[^}]*" + re.escape(label), metrics, re.M)
+        is not None
+    )
+
+
+def test_metrics_count_tasks_by_status_and_time_each_task_that_ends(data_dir: Path) -> None:
+    """One task of each status; those that ended here timed by tool and status, the parked one not."""
+    port = free_port()
+    env = server_env(
+        data_dir=str(data_dir), metrics="true", metrics_address=f"127.0.0.1:{port}", shutdown_grace_s="1"
+    )
+    with StdioSession(server_argv(extra_tools=TASK_TOOLS), env=env) as session:
+        assert "result" in open_session(session, MODERN, timeout=ANSWER_TIMEOUT_S)
+        wait_for_status(session, start_task(session, "slow_compute", seconds=0), "completed")
+        wait_for_status(session, start_task(session, "protocol_error_job"), "failed")
+        wait_for_status(session, start_task(session, "confirm_delete", filename="a.txt"), "input_required")
+        start_task(session, "slow_compute", seconds=300)
+        cancelled = start_task(session, "slow_compute", seconds=300)
+        assert "result" in session.request("tasks/cancel", as_task({"taskId": cancelled}))
+        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        while not task_timed(metrics := scrape(port), 'mcp_task_status="cancelled"'):
+            assert time.monotonic() < deadline, "the cancelled task's run never ended"
+            time.sleep(0.05)
+    for status in ("working", "input_required", "completed", "failed", "cancelled"):
+        assert sample(metrics, "mcp_server_tasks", mcp_task_status=status) == 1, status
+    duration = "mcp_server_task_duration_seconds"
+    ended = [("slow_compute", "completed"), ("protocol_error_job", "failed"), ("slow_compute", "cancelled")]
+    for tool, status in ended:
+        assert sample(metrics, duration + "_count", gen_ai_tool_name=tool, mcp_task_status=status) == 1
+    assert 0.2 <= sample(metrics, duration + "_sum", gen_ai_tool_name="protocol_error_job") < ANSWER_TIMEOUT_S
+    assert not task_timed(metrics, 'gen_ai_tool_name="confirm_delete"'), "a parked task has not ended"
+    assert_shipped_queries_name_exposed_metrics(metrics, is_task_metric)
+    assert_promtool_accepts(metrics)
 
 
 def test_metrics_count_reads_prompt_gets_and_completions_like_tool_calls(data_dir: Path) -> None:

@@ -1,6 +1,6 @@
 """The `<slug>` command: serve (stdio or HTTP) and check; other commands are delegated.
 
-Only `serve`, `check`, `budget`, `keys` and `contract` load the SDK: `--help`, `--version`,
+Only `serve`, `check`, `budget`, `keys`, `tasks` and `contract` load the SDK: `--help`, `--version`,
 `client-config`, `diagnose` and `dev` answer without it (`dev`'s children load it), and
 still work when it is broken.
 """
@@ -31,6 +31,7 @@ DELEGATED = {
     ),
     "budget": ("resilient_mcp.commands.budget", "the tools/list budget table; non-zero when over budget"),
     "keys": ("resilient_mcp.commands.keys", "list idempotency keys and settle the ones in doubt"),
+    "tasks": ("resilient_mcp.commands.tasks", "list durable tasks, show one, cancel one"),
     "contract": (
         "resilient_mcp.commands.contract",
         "record the tools, resources and prompts in contract.json; --check",
@@ -45,7 +46,7 @@ DELEGATED = {
     ),
 }
 # They read the owner's settings; budget and contract build the server too.
-NEEDS_OWNER_CODE = {"budget", "keys", "contract"}
+NEEDS_OWNER_CODE = {"budget", "keys", "tasks", "contract"}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("--in-doubt", action="store_true", help="only keys whose outcome is unknown")
     listing.add_argument(
-        "--limit", type=_positive_int, default=50, help="at most this many keys (default: 50)"
+        "--limit", type=positive_int, default=50, help="at most this many keys (default: 50)"
     )
     listing.add_argument("--json", action="store_true", help="one JSON array instead of a table")
     settle = actions.add_parser("settle", help="record what happened to a key in doubt")
@@ -217,7 +217,7 @@ def _caller(text: str) -> str:
     return f"sub:{text}"
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")

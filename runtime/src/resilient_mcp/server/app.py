@@ -27,6 +27,7 @@ from resilient_mcp.server.resilient_server import ResilientServer
 from resilient_mcp.server.startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
 from resilient_mcp.server.tool_filter import declared_tools
 from resilient_mcp.store import StoreHandle, create_store
+from resilient_mcp.store.task_table import TaskStatus
 from resilient_mcp.telemetry.logs import configure_logging, get_logger
 from resilient_mcp.telemetry.redaction import configure_redaction
 from resilient_mcp.telemetry.stderr_writer import dropped_lines
@@ -88,6 +89,9 @@ def create_server(
     async def keys_in_doubt() -> int:
         return await (await store.get()).in_doubt_count()
 
+    async def task_counts() -> dict[TaskStatus, int]:
+        return await (await store.get()).tasks.counts()
+
     checks: dict[str, HealthCheck] = {
         "data_dir": data_dir_check,
         "idempotency_store": store_check,
@@ -99,7 +103,7 @@ def create_server(
         if name in checks:
             raise FatalError(f"two dependency checks are named {name!r}", "rename yours in @dependency(...)")
         checks[name] = check
-    health = make_health_tool(stats, version, checks, keys_in_doubt)
+    health = make_health_tool(stats, version, checks, keys_in_doubt, task_counts)
     specs = discover_tools(tools_package)
     primitives = discover_primitives(tools_package)
     if any(spec.name == health.name for spec in specs):

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from resilient_mcp.authoring.checks import SEVERITY, Check, HealthCheck, HealthStatus
 from resilient_mcp.authoring.tool import ToolSpec, spec_of, tool
 from resilient_mcp.calls.stats import CallStats
+from resilient_mcp.store.task_table import TaskStatus
 
 
 class HealthReport(BaseModel):
@@ -23,6 +24,10 @@ class HealthReport(BaseModel):
     errors: dict[str, int] = Field(description="failed calls by category")
     in_flight: int = Field(description="calls running now (of every primitive), besides this one")
     keys_in_doubt: int | None = Field(description="idempotency keys whose outcome is unknown (null: unknown)")
+    tasks_working: int | None = Field(description="durable tasks running now, on any replica (null: unknown)")
+    tasks_input_required: int | None = Field(
+        description="durable tasks waiting for the client's answers (null: unknown)"
+    )
 
 
 # What tools/list advertises for HealthReport: every field, typed and required, in a third of
@@ -38,6 +43,8 @@ HEALTH_OUTPUT_SCHEMA: dict[str, Any] = {
         "errors": {"type": "object"},
         "in_flight": {"type": "integer"},
         "keys_in_doubt": {"type": ["integer", "null"]},
+        "tasks_working": {"type": ["integer", "null"]},
+        "tasks_input_required": {"type": ["integer", "null"]},
     },
     "required": list(HealthReport.model_fields),
 }
@@ -48,8 +55,13 @@ def make_health_tool(
     version: str,
     checks: Mapping[str, HealthCheck],
     keys_in_doubt: Callable[[], Awaitable[int]],
+    task_counts: Callable[[], Awaitable[Mapping[TaskStatus, int]]],
 ) -> ToolSpec:
-    """Build the health_check tool over this server's counters and dependency checks."""
+    """Build the health_check tool over this server's counters and dependency checks.
+
+    `keys_in_doubt` and `task_counts` read the store; when it cannot answer, their fields are
+    null and the store's own check says why.
+    """
 
     @tool(read_only=True, open_world=False)
     async def health_check() -> HealthReport:
@@ -60,6 +72,10 @@ def make_health_tool(
             in_doubt: int | None = await keys_in_doubt()
         except Exception:  # the store's own check above says why
             in_doubt = None
+        try:
+            tasks: Mapping[TaskStatus, int] = await task_counts()
+        except Exception:  # an unreadable tasks table must not take health_check down with it
+            tasks = {}
         return HealthReport(
             status=worst,
             version=version,
@@ -69,6 +85,8 @@ def make_health_tool(
             errors=dict(stats.errors),
             in_flight=max(0, stats.in_flight - 1),  # the core counts this call too: not news to a caller
             keys_in_doubt=in_doubt,
+            tasks_working=tasks.get("working"),
+            tasks_input_required=tasks.get("input_required"),
         )
 
     spec = spec_of(health_check)

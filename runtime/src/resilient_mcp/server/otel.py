@@ -21,9 +21,9 @@ import importlib
 import ipaddress
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -48,16 +48,21 @@ if TYPE_CHECKING:
     from resilient_mcp.authoring.outcomes import Attempts
     from resilient_mcp.calls.served_tool import ServedTool
     from resilient_mcp.server.resilient_server import ResilientServer
+    from resilient_mcp.store import IdempotencyStore
+    from resilient_mcp.store.task_table import TaskStatus
 
 log = get_logger(__name__)
 
 # The MCP semantic conventions' advice for mcp.server.operation.duration, in seconds.
 DURATION_BUCKETS_S = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# From a task's creation to its end: a second to a day (a body's default time limit is TASK_TTL_S).
+TASK_DURATION_BUCKETS_S = (0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 21600.0, 86400.0)
 OTHER = "_OTHER"  # a label for a name the client made up: label values stay bounded
 TOOL = "gen_ai.tool.name"
 CATEGORY = "mcp.tool.category"  # "ok", an error category, or "protocol_error"
 IDEMPOTENCY_OUTCOME = "mcp.idempotency.outcome"
 METHOD = "mcp.method.name"
+TASK_STATUS = "mcp.task.status"
 # Request methods of both eras: any other a client sends is counted as _OTHER.
 KNOWN_METHODS = frozenset(
     {
@@ -77,7 +82,8 @@ KNOWN_METHODS = frozenset(
         "logging/setLevel",
     }
 )
-_IN_DOUBT_ANSWER_S = 2.0  # how long a scrape waits for the store's count of keys in doubt
+_STORE_ANSWER_S = 2.0  # how long a scrape waits for the store's counts (keys in doubt, tasks)
+_T = TypeVar("_T")
 
 
 def prometheus_hint() -> str:
@@ -292,6 +298,12 @@ class Telemetry:
                 unit="{call}",
                 description="resource reads, prompt gets and completions answered, by method and category",
             ),
+            task_duration=meter.create_histogram(
+                "mcp.server.task.duration",
+                unit="s",
+                description="durable tasks ended on this process, from creation to end, by tool and status",
+                explicit_bucket_boundaries_advisory=list(TASK_DURATION_BUCKETS_S),
+            ),
         )
         counts = _Counts(self.server)
         _gauge(meter, "mcp.server.calls_in_flight", "{call}", "calls running now", counts.calls_in_flight)
@@ -308,6 +320,12 @@ class Telemetry:
             callbacks=[self._observe_keys_in_doubt],
             unit="{key}",
             description="idempotency keys whose outcome is unknown",
+        )
+        meter.create_observable_gauge(
+            "mcp.server.tasks",
+            callbacks=[self._observe_tasks],
+            unit="{task}",
+            description="durable tasks kept in the store (every replica's), by status",
         )
 
     def _prometheus_reader(self, host: str, port: int) -> Any:
@@ -328,21 +346,36 @@ class Telemetry:
         return reader
 
     def _observe_keys_in_doubt(self, _: CallbackOptions) -> Iterable[Observation]:
-        """Asked from a reader's thread: the store is asked on the serving loop, briefly."""
         from opentelemetry.metrics import Observation
 
+        count = self._ask_store(lambda store: store.in_doubt_count())
+        return [] if count is None else [Observation(count)]
+
+    def _observe_tasks(self, _: CallbackOptions) -> Iterable[Observation]:
+        """One query per collection (a scrape, an OTLP export), never one per call."""
+        from opentelemetry.metrics import Observation
+
+        counts = self._ask_store(lambda store: store.tasks.counts())
+        return [] if counts is None else [Observation(n, {TASK_STATUS: s}) for s, n in counts.items()]
+
+    def _ask_store(self, read: Callable[[IdempotencyStore], Coroutine[Any, Any, _T]]) -> _T | None:
+        """Asked from a reader's thread: the store is asked on the serving loop, briefly.
+
+        None when it cannot answer in time (down or slow: health_check and /readyz say why).
+        """
         loop = self._loop
         if loop is None or loop.is_closed() or _on_loop(loop):
-            return []
-        future = asyncio.run_coroutine_threadsafe(self._keys_in_doubt(), loop)
-        try:
-            return [Observation(future.result(timeout=_IN_DOUBT_ANSWER_S))]
-        except Exception:  # the store is down or slow: health_check and /readyz say why
-            future.cancel()
-            return []
+            return None
 
-    async def _keys_in_doubt(self) -> int:
-        return await (await self.server.store.get()).in_doubt_count()
+        async def ask() -> _T:
+            return await read(await self.server.store.get())
+
+        future = asyncio.run_coroutine_threadsafe(ask(), loop)
+        try:
+            return future.result(timeout=_STORE_ANSWER_S)
+        except Exception:
+            future.cancel()
+            return None
 
     def stop(self) -> None:
         """Flush what is batched and stop the exporters and the listener (at exit, on the loop).
@@ -392,6 +425,11 @@ class Telemetry:
             meters.idempotency.add(1, {TOOL: tool, IDEMPOTENCY_OUTCOME: idempotency})
         if category == "rate_limited":
             meters.rate_limited.add(1, {TOOL: tool})
+
+    def task_ended(self, tool: str, status: TaskStatus, duration_s: float) -> None:
+        """A task this process ran ended (completed, failed or cancelled): its duration."""
+        if self._meters is not None:
+            self._meters.task_duration.record(duration_s, {TOOL: tool, TASK_STATUS: status})
 
     def primitive_call(self, method: str, category: str) -> None:
         """How a resource read, prompt get or completion ended, in the counters (its span has its error)."""
@@ -449,6 +487,7 @@ class _Instruments:
     idempotency: Counter
     rate_limited: Counter
     primitive_calls: Counter
+    task_duration: Histogram
 
 
 @dataclass(frozen=True)

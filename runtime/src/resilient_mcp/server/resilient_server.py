@@ -53,13 +53,13 @@ from resilient_mcp.store import StoreHandle
 from resilient_mcp.store.task_table import TaskRow
 from resilient_mcp.tasks.extension import TasksExtension
 from resilient_mcp.tasks.handshake_era import HandshakeEraTasks
-from resilient_mcp.tasks.runner import TaskRunner
+from resilient_mcp.tasks.runner import TaskRunner, TaskTelemetry
 from resilient_mcp.tasks.task_context import ProgressSink, TaskContext
 from resilient_mcp.telemetry.call_line import time_tool_calls
 
 
-class ServerTelemetry(CallTelemetry, PrimitiveTelemetry, Protocol):
-    """What the telemetry is told: every tool call, and every other primitive answered."""
+class ServerTelemetry(CallTelemetry, PrimitiveTelemetry, TaskTelemetry, Protocol):
+    """What the telemetry is told: every tool call, every other primitive answered, every task ended."""
 
 
 class ResilientServer(MCPServer[Any]):
@@ -161,7 +161,7 @@ class ResilientServer(MCPServer[Any]):
 
     @telemetry.setter
     def telemetry(self, telemetry: ServerTelemetry | None) -> None:
-        self._telemetry = self.tool_calls.telemetry = self.bounds.telemetry = telemetry
+        self._telemetry = self.tool_calls.telemetry = self.bounds.telemetry = self.tasks.telemetry = telemetry
 
     @property
     def fatal_exit(self) -> FatalExit | None:

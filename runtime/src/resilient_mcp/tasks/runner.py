@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, InputRequiredResult, TextContent
@@ -38,7 +38,7 @@ from pydantic import BaseModel
 from resilient_mcp.authoring.errors import StoreUnavailableError
 from resilient_mcp.calls.tool_call import CutAtShutdown, TaskRun, ToolCalls
 from resilient_mcp.store import StoreHandle
-from resilient_mcp.store.task_table import TASK_BODY_STARTED, TaskRow, TaskTable
+from resilient_mcp.store.task_table import TASK_BODY_STARTED, TaskRow, TaskStatus, TaskTable
 from resilient_mcp.tasks.task_context import ProgressSink, TaskContext
 from resilient_mcp.telemetry.logs import get_logger
 
@@ -54,8 +54,18 @@ NOT_RE_RUN = "not re-run: the tool is not marked safe to repeat (read_only or id
 ContextFactory = Callable[[TaskRow, ProgressSink], TaskContext]
 
 
+class TaskTelemetry(Protocol):
+    """What a run tells the telemetry (`server/otel.py`) when it ends a task, if configured."""
+
+    def task_ended(self, tool: str, status: TaskStatus, duration_s: float) -> None:
+        """`duration_s`: from the task's creation to its end (a park and a takeover included)."""
+
+
 class TaskRunner:
-    """The task runs of one server process, and the loop that watches for cancels and orphans."""
+    """The task runs of one server process, and the loop that watches for cancels and orphans.
+
+    `telemetry` is set when a transport is served (as `ToolCalls.telemetry` is).
+    """
 
     def __init__(
         self,
@@ -69,6 +79,7 @@ class TaskRunner:
         self.store = store
         self.new_context = new_context
         self.clock = clock
+        self.telemetry: TaskTelemetry | None = None
         self.runs: dict[str, asyncio.Task[None]] = {}
         self._stopped_here: set[str] = set()  # cancelled (or stopping): their end is not written
         self._watch: asyncio.Task[None] | None = None
@@ -102,11 +113,14 @@ class TaskRunner:
         return True
 
     async def _run(self, row: TaskRow, taken_over: bool) -> None:
+        ended = _EndOfRun(row, self.clock(), self.clock, self.telemetry)
         try:
-            await self._run_to_the_end(row, taken_over)
+            await self._run_to_the_end(row, taken_over, ended)
         except asyncio.CancelledError:
             if row.task_id not in self._stopped_here:
                 raise
+            if not self._closing:  # cancelled (the store says so already), not cut by the shutdown
+                ended("cancelled")
         except CutAtShutdown:
             log.info("task_left_for_takeover", task_id=row.task_id, tool=row.tool)
         except StoreUnavailableError:  # its end unwritten: the task stays working, taken over later
@@ -114,23 +128,20 @@ class TaskRunner:
         except Exception:
             log.error("task_run_failed", task_id=row.task_id, tool=row.tool, exc_info=True)
             with contextlib.suppress(Exception):
-                await (await self.table()).finish(
-                    row.task_id, "failed", lost(row, "internal", "the run failed")
-                )
+                failed = lost(row, "internal", "the run failed")
+                await ended.write(await self.table(), "failed", failed)
 
-    async def _run_to_the_end(self, row: TaskRow, taken_over: bool) -> None:
+    async def _run_to_the_end(self, row: TaskRow, taken_over: bool, ended: _EndOfRun) -> None:
         table = await self.table()
         served = self.tool_calls.served.get(row.tool)
         if served is None:
-            await table.finish(
-                row.task_id, "failed", lost(row, "internal", f"{row.tool} is no longer served")
-            )
+            await ended.write(table, "failed", lost(row, "internal", f"{row.tool} is no longer served"))
             return
         spec = served.spec
         repeatable = spec.safe_to_repeat or spec.side_effect  # side effect: its key decides
         if taken_over and row.body == TASK_BODY_STARTED and not repeatable:
             log.warning("task_not_re_run", task_id=row.task_id, tool=row.tool)
-            await table.finish(row.task_id, "failed", lost(row, "internal", NOT_RE_RUN))
+            await ended.write(table, "failed", lost(row, "internal", NOT_RE_RUN))
             return
         if not repeatable and not await table.mark_started(row.task_id):
             return  # no longer this process's task, or no longer working
@@ -139,7 +150,7 @@ class TaskRunner:
         try:
             result = await self.tool_calls.answer(row.tool, arguments, context, task=TaskRun(row.caller))
         except MCPError as exc:
-            await table.finish(row.task_id, "failed", _json(exc.error))
+            await ended.write(table, "failed", _json(exc.error))
             return
         if isinstance(result, InputRequiredResult):
             asked = result.input_requests or {}
@@ -147,9 +158,9 @@ class TaskRunner:
             await table.park(row.task_id, requests, result.request_state, None)
             return
         if taken_over and spec.side_effect and error_category(result) == "in_doubt":
-            await table.finish(row.task_id, "failed", lost(row, "in_doubt", _in_doubt_text(result)))
+            await ended.write(table, "failed", lost(row, "in_doubt", _in_doubt_text(result)))
             return
-        await table.finish(row.task_id, "completed", _json(result))
+        await ended.write(table, "completed", _json(result))
 
     def _progress_writer(self, table: TaskTable, task_id: str) -> ProgressSink:
         last = [-PROGRESS_EVERY_S]
@@ -216,6 +227,25 @@ class TaskRunner:
             run.cancel()
         if self.runs:
             await asyncio.wait(list(self.runs.values()), timeout=2.0)
+
+
+class _EndOfRun:
+    """How a run ends a task: written to the store, then told to the telemetry (if the write held)."""
+
+    def __init__(
+        self, row: TaskRow, started: float, clock: Callable[[], float], telemetry: TaskTelemetry | None
+    ) -> None:
+        self.row, self.started, self.clock, self.telemetry = row, started, clock, telemetry
+        self.age_at_start = max(0.0, row.now - row.created_at)  # the database's clock: no skew
+
+    async def write(self, table: TaskTable, status: TaskStatus, outcome: Any) -> None:
+        if await table.finish(self.row.task_id, status, outcome):
+            self(status)
+
+    def __call__(self, status: TaskStatus) -> None:
+        if self.telemetry is not None:
+            duration_s = self.age_at_start + self.clock() - self.started
+            self.telemetry.task_ended(self.row.tool, status, duration_s)
 
 
 def error_category(result: CallToolResult) -> str | None:
