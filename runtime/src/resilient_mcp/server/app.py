@@ -90,7 +90,7 @@ def create_server(
         return await (await store.get()).in_doubt_count()
 
     async def task_counts() -> dict[TaskStatus, int]:
-        return await (await store.get()).tasks.counts()
+        return await (await store.get()).tasks.counts(open_only=True)
 
     checks: dict[str, HealthCheck] = {
         "data_dir": data_dir_check,

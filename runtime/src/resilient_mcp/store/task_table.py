@@ -202,6 +202,8 @@ class TaskStatements:
             " WHERE task_id = :task_id AND owner = :old_owner AND status = 'working'"
         )
         self.counts = "SELECT status, count(*) FROM mcp_tasks GROUP BY status"
+        # The unfinished ones only: read from the partial index, however many finished tasks are kept.
+        self.open_counts = f"SELECT status, count(*) FROM mcp_tasks WHERE {open_statuses} GROUP BY status"
         self.open_of_caller = c(f"SELECT count(*) FROM mcp_tasks WHERE caller = :caller AND {open_statuses}")
         # A caller's tasks a page at a time, in task id order (stable under inserts: ids are random).
         self.page_of_caller = c(
@@ -350,10 +352,10 @@ class TaskTable:
         async with self._session("task_adopt", durable=True) as db:
             return bool(await db.execute(self.sql.adopt, params))
 
-    async def counts(self) -> dict[TaskStatus, int]:
-        """How many tasks are kept, by status (every status named)."""
+    async def counts(self, *, open_only: bool = False) -> dict[TaskStatus, int]:
+        """How many tasks are kept, by status (every status named; `open_only`: the finished read 0)."""
         async with self._session("task_counts") as db:
-            rows = await db.rows(self.sql.counts)
+            rows = await db.rows(self.sql.open_counts if open_only else self.sql.counts)
         counted: dict[TaskStatus, int] = dict.fromkeys(TASK_STATUSES, 0)
         for status, count in rows:
             counted[status] = int(count)
