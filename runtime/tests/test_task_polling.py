@@ -1,4 +1,4 @@
-"""`resilient_mcp.testing.tasks`: the SDK's `Client` taught to wait for a task, as a project's tests use it."""
+"""`resilient_mcp.testing.tasks`: the SDK's `Client` taught to wait for a task, as project tests use it."""
 
 from __future__ import annotations
 
