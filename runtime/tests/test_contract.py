@@ -249,6 +249,12 @@ BREAKING = [
     ),
     pytest.param(
         WEATHER,
+        ("@tool(read_only=True)", '@tool(read_only=True, task_support="required")'),
+        "tool 'forecast': task_support changed from forbidden to required: clients without the tasks",
+        id="task-required",
+    ),
+    pytest.param(
+        WEATHER,
         ('-> str:\n    """Tomorrow', '-> int:\n    """Tomorrow'),
         "output field 'result' may return integer now, not string",
         id="output-type-changed",
@@ -324,6 +330,11 @@ COMPATIBLE = [
         ("@tool(destructive=False, open_world=False)", "@tool(read_only=True, open_world=False)"),
         "tool 'save_city': annotations changed",
         id="now-read-only",
+    ),
+    pytest.param(
+        ("@tool(read_only=True)", '@tool(read_only=True, task_support="optional")'),
+        "tool 'forecast': task_support changed from forbidden to optional",
+        id="task-optional",
     ),
 ]
 

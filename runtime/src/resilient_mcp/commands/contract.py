@@ -2,16 +2,17 @@
 
 `<command> contract` takes the surface the server declares, as its lists send it
 (tools/list, resources/list, resources/templates/list, prompts/list: names, schemas,
-annotations, descriptions), with each tool's `side_effect` and `scopes`, which the wire
-does not show, and writes it to contract.json at the project root: sorted, the same bytes
-on every run, owned and committed by the project. It does not write over a change that
-breaks clients unless given `--accept`.
+annotations, descriptions), with each tool's `side_effect`, `scopes` and `task_support`
+(when not "forbidden"), which the wire does not show, and writes it to contract.json at the
+project root: sorted, the same bytes on every run, owned and committed by the project. It
+does not write over a change that breaks clients unless given `--accept`.
 
 `--check` (`nox -s contract`, CI) writes nothing. It fails on a change that breaks clients
 (a tool, resource or prompt removed or renamed, a new required argument, a narrowed type,
 a tightened bound, a lost read-only or idempotent hint, a changed `side_effect`, a new
-scope) until the change is accepted, and on the description lint; compatible changes
-(a new tool, a new optional argument, a new description) are reported and pass.
+scope, a tool that runs only as a task now) until the change is accepted, and on the
+description lint; compatible changes (a new tool, a new optional argument, a new
+description) are reported and pass.
 
 The lint is deterministic: a tool, parameter, resource or prompt without a description,
 a description too long, hidden characters, and a fixed list of phrases that tell the
@@ -110,6 +111,8 @@ async def declared_surface(server: ResilientServer) -> dict[str, Any]:
         served = server.served.get(tool.name)
         wire["side_effect"] = served is not None and served.spec.side_effect
         wire["scopes"] = sorted(served.spec.scopes) if served is not None else []
+        if served is not None and served.spec.task_support != "forbidden":  # absent: as before tasks
+            wire["task_support"] = served.spec.task_support
         tools[wire.pop("name")] = wire
     listed: dict[str, Sequence[BaseModel]] = {
         "resources": await server.list_resources(),
@@ -189,6 +192,11 @@ def _compare_entry(
             was, now = bool(old.get("side_effect")), bool(new.get("side_effect"))
             why = "calls need an idempotency_key" if now else "a retried call may now happen twice"
             found["side_effect"] = [(True, f"side_effect changed from {was} to {now}: {why}")]
+        was, now = old.get("task_support", "forbidden"), new.get("task_support", "forbidden")
+        if was != now:
+            # Only "required" turns a client away (one without the tasks extension gets -32021).
+            why = "clients without the tasks extension get -32021" if now == "required" else "compatible"
+            found["task_support"] = [(now == "required", f"task_support changed from {was} to {now}: {why}")]
         added = sorted(set(new.get("scopes") or ()) - set(old.get("scopes") or ()))
         if added:
             found["scopes"] = [(True, f"needs the scope(s) {', '.join(added)} now: tokens without them fail")]
