@@ -49,8 +49,7 @@ def over(session: StdioSession) -> Send:
 
 def running(names: list[str]) -> None:
     """Wait until each body began once."""
-    for name in names:
-        wait_for(lambda name=name: len(runs(name)) == 1, f"the body of {name} never began")
+    wait_for(lambda: all(len(runs(name)) == 1 for name in names), f"not every body of {names} began")
 
 
 def release(*names: str) -> None:
