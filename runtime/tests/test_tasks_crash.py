@@ -1,11 +1,12 @@
 """A server killed or stopped while its tasks run: the next process takes each over by its rules.
 
-Over real stdio, on this project's backend. A restarted server takes the tasks of a dead one
-over as it starts (its first heartbeat sweep sees the dead pid on this machine): a body that
-cannot repeat anything runs again, a side-effecting one whose body began ends `in_doubt`
-(its effect happened once), any other whose body began ends `internal`, never re-run. On
-SIGTERM the tasks still running past the grace stay `working` in the store for the next process.
-No task is left `working` once the next process has taken them over.
+Over real stdio, on SQLite. A restarted server takes the tasks of a dead one over as it starts
+(its first heartbeat sweep sees the dead pid on this machine, so nothing is waited for): a
+body that cannot repeat anything (a `read_only` tool, or a body that never began) runs again,
+a side-effecting one whose body began ends `in_doubt` (its effect happened once), any other
+whose body began ends `internal`, never re-run. On SIGTERM the tasks still running past the
+grace stay `working` in the store for the next process. No task is left `working` once the
+next process has taken them over.
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ from resilient_mcp.tasks.runner import NOT_RE_RUN
 from sample_server.settings import Settings
 from sample_tools.effects import effects_count
 from sample_tools.long_calls import marker
-from support import ANSWER_TIMEOUT_S, HERE, StdioSession, server_argv, server_env
+from support import ANSWER_TIMEOUT_S, HERE, StdioSession, server_argv, server_env, sqlite_project
 
 CRASH_TASK_TOOLS = HERE / "crash_task_tools"
 GRACE_S = 5.0  # the stopping server's grace: room for a task released once the stop began
+
+# The runner's rules do not depend on the backend; PostgreSQL's takeover is test_tasks_replicas'.
+pytestmark = sqlite_project
 
 
 def start(env: dict[str, str]) -> StdioSession:
