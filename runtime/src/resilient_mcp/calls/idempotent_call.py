@@ -207,26 +207,35 @@ async def _unfinished(held: HeldKey, why: str) -> None:
         await _write(mark)
 
 
-async def _write(operation: Callable[[], Awaitable[None]]) -> None:
-    """Record an outcome, retried for a while if the store does not answer; never cut short.
+async def write_retried(
+    operation: Callable[[], Awaitable[object]], *, retry_s: float = RECORD_RETRY_S
+) -> bool:
+    """Write an outcome, retried for `retry_s` while the store does not answer; never cut short.
+    False (and an error logged) when it could not be written.
 
     Each write is safe to repeat (it changes only a row this server still owns, in the state
     it left it), so a write whose commit went unconfirmed is simply sent again.
     """
-    give_up = time.monotonic() + RECORD_RETRY_S
+    give_up = time.monotonic() + retry_s
     with anyio.CancelScope(shield=True):
         for pause in itertools.chain(_RECORD_BACKOFF_S, itertools.repeat(_RECORD_BACKOFF_S[-1])):
             try:
                 await operation()
-                return
+                return True
             except TableLostError:
                 break  # the table will not come back while this server runs
             except StoreUnavailableError:
                 if time.monotonic() + pause > give_up:
                     break
                 await anyio.sleep(pause)
-    # Not recorded: the claim stays pending, then becomes in doubt (never re-run by itself).
-    log.error("idempotency_record_failed", retried_s=RECORD_RETRY_S)
+    log.error("store_write_failed", retried_s=retry_s)
+    return False
+
+
+async def _write(operation: Callable[[], Awaitable[None]]) -> None:
+    """Record a key's outcome; not recorded, the claim stays pending, then becomes in doubt
+    (never re-run by itself)."""
+    await write_retried(operation)
 
 
 def _marked(result: CallToolResult, key: str, *, replayed: bool) -> CallToolResult:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -36,6 +37,7 @@ from mcp_types import INTERNAL_ERROR
 from pydantic import BaseModel
 
 from resilient_mcp.authoring.errors import StoreUnavailableError
+from resilient_mcp.calls.idempotent_call import write_retried
 from resilient_mcp.calls.tool_call import CutAtShutdown, TaskRun, ToolCalls
 from resilient_mcp.store import StoreHandle
 from resilient_mcp.store.task_table import TASK_BODY_STARTED, TaskRow, TaskStatus, TaskTable
@@ -47,6 +49,8 @@ log = get_logger(__name__)
 WATCH_S = 1.0  # how often this process looks for its tasks cancelled elsewhere
 ADOPT_EVERY_S = 5.0  # how often it looks for tasks whose process died
 CANCEL_WINDOW_S = 120.0  # a cancellation older than this was seen already (or its run is gone)
+START_RETRY_S = 5.0  # a run that could not reach the store before its body: started again then
+END_RETRY_S = 600.0  # how long a run's end is retried while the store does not answer
 PROGRESS_EVERY_S = 1.0  # the most often a task's progress is written as its statusMessage
 NOT_RE_RUN = "not re-run: the tool is not marked safe to repeat (read_only or idempotent)"
 
@@ -123,8 +127,10 @@ class TaskRunner:
                 ended("cancelled")
         except CutAtShutdown:
             log.info("task_left_for_takeover", task_id=row.task_id, tool=row.tool)
-        except StoreUnavailableError:  # its end unwritten: the task stays working, taken over later
-            log.error("task_end_not_stored", task_id=row.task_id, tool=row.tool)
+        except StoreUnavailableError:  # before the body ran (a run's end is retried): try again later
+            log.warning("task_start_deferred", task_id=row.task_id, tool=row.tool, retry_in_s=START_RETRY_S)
+            again = functools.partial(self.start, row, taken_over=taken_over)
+            asyncio.get_running_loop().call_later(START_RETRY_S, again)
         except Exception:
             log.error("task_run_failed", task_id=row.task_id, tool=row.tool, exc_info=True)
             with contextlib.suppress(Exception):
@@ -155,7 +161,8 @@ class TaskRunner:
         if isinstance(result, InputRequiredResult):
             asked = result.input_requests or {}
             requests = {key: _json(request) for key, request in asked.items()}
-            await table.park(row.task_id, requests, result.request_state, None)
+            park = functools.partial(table.park, row.task_id, requests, result.request_state, None)
+            await write_retried(park, retry_s=END_RETRY_S)
             return
         if taken_over and spec.side_effect and error_category(result) == "in_doubt":
             await ended.write(table, "failed", lost(row, "in_doubt", _in_doubt_text(result)))
@@ -239,7 +246,14 @@ class _EndOfRun:
         self.age_at_start = max(0.0, row.now - row.created_at)  # the database's clock: no skew
 
     async def write(self, table: TaskTable, status: TaskStatus, outcome: Any) -> None:
-        if await table.finish(self.row.task_id, status, outcome):
+        """Retried while the store does not answer: unwritten, the task would read `working`
+        for as long as this process lives."""
+        held: list[bool] = []
+
+        async def finish() -> None:
+            held.append(await table.finish(self.row.task_id, status, outcome))
+
+        if await write_retried(finish, retry_s=END_RETRY_S) and held[-1]:
             self(status)
 
     def __call__(self, status: TaskStatus) -> None:
