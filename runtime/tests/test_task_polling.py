@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp.types import INTERNAL_ERROR
+from mcp.types import INTERNAL_ERROR, ElicitRequestParams, ElicitResult
 
 from resilient_mcp.server.resilient_server import ResilientServer
 from resilient_mcp.testing.tasks import TaskNeedsInput, TaskPolling, answer_task, wait_for_task
@@ -59,3 +60,32 @@ async def test_a_task_that_asks_raises_its_questions_and_ends_once_answered(serv
     assert done.status == "completed"
     assert done.result is not None
     assert done.result["structuredContent"] == {"result": "name=Ada, confirm=True"}
+
+
+def answering(name: str | None) -> Any:
+    """An elicitation callback: accepts with `name`, or declines (None)."""
+
+    async def answer(context: Any, params: ElicitRequestParams) -> ElicitResult:
+        if name is None:
+            return ElicitResult(action="decline")
+        return ElicitResult(action="accept", content={"name": name})
+
+    return answer
+
+
+async def test_resolve_questions_come_first_then_the_task_keeps_the_answer(server: ResilientServer) -> None:
+    polling = TaskPolling(poll_s=FAST)
+    async with Client(server, extensions=[polling], elicitation_callback=answering("Ada")) as client:
+        result = await client.call_tool("greet_the_asked_name", {})
+    assert result.structured_content == {"result": "Hello, Ada!"}
+    assert [task.status for task in polling.tasks] == ["completed"]
+
+
+async def test_a_declined_question_first_is_a_failed_call_and_no_task(
+    server: ResilientServer,
+) -> None:
+    polling = TaskPolling(poll_s=FAST)
+    async with Client(server, extensions=[polling], elicitation_callback=answering(None)) as client:
+        result = await client.call_tool("greet_the_asked_name", {})
+    assert result.is_error
+    assert polling.tasks == []

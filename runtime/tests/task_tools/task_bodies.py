@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
-from mcp.server.mcpserver import Context
+from mcp.server.mcpserver import Context, Elicit, Resolve
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
     INTERNAL_ERROR,
@@ -19,7 +19,7 @@ from mcp.types import (
     ElicitResult,
     InputRequiredResult,
 )
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from resilient_mcp import TerminalError, ToolInputError, cancelled, tool
 from resilient_mcp.server.startup import load_settings
@@ -124,3 +124,17 @@ async def ask_two_questions(label: Label, ctx: Context) -> str | InputRequiredRe
             }
         )
     return f"name={name.get('name')}, confirm={confirm.get('confirm')}"
+
+
+class Name(BaseModel):
+    name: str
+
+
+def ask_the_name() -> Elicit[Name]:
+    return Elicit("What is your name?", Name)
+
+
+@tool(read_only=True, task_support="required")
+async def greet_the_asked_name(name: Annotated[Name, Resolve(ask_the_name)]) -> str:
+    """Asks a name before any work (Resolve), then greets it from a task."""
+    return f"Hello, {name.name}!"

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from resilient_mcp.authoring.errors import StoreUnavailableError
 from resilient_mcp.authoring.outcomes import Failure
 from resilient_mcp.calls.callers import caller, forbidden_message, key_caller, missing_scopes
+from resilient_mcp.calls.resilience import classify
 from resilient_mcp.calls.served_tool import ServedTool
 from resilient_mcp.store import KEY_ARGUMENT, fingerprint
 from resilient_mcp.store.task_table import NewTask, TaskRow
@@ -150,7 +151,12 @@ class TasksExtension(Extension):
             return refused(Failure.refusal("invalid_input", problem))
         assert validated is not None
         if questions_first and served.tool.resolved_params:  # before any work: asked with no task
-            asked = await self._questions_first(served, arguments, params, ctx)
+            try:
+                asked = await self._questions_first(served, arguments, params, ctx)
+            except MCPError:
+                raise  # e.g. a client that cannot be asked: -32021, as for a call
+            except Exception as exc:  # a declined answer, a resolver that failed: as a call's failure
+                return refused(classify(exc, spec.name, correlation_id))
             if asked is not None:
                 return asked
         canonical = validated.model_dump(mode="json", by_alias=True)  # fingerprinted as a call's claim is
