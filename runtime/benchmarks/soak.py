@@ -138,6 +138,7 @@ DATABASE_UP_TIMEOUT_S = 60.0  # a killed database not back by then fails the soa
 TAKEOVER_WINDOW_S = HEARTBEAT_S * STALE_AFTER_BEATS + ADOPT_EVERY_S + WATCH_S
 TAKEOVER_SLACK_S = 10.0
 TASK_POLL_S = 0.1  # between a task's tasks/get polls
+TASK_HOLD_S = 0.3  # a task's body, after its effect: long enough for kills to land in it
 TERMINAL_TASK = ("completed", "failed", "cancelled")
 UNKNOWN_TASK = -32602  # tasks/get of an id the server does not know: a task lost
 EXIT_EFFECTS_WRONG = 1
@@ -146,6 +147,7 @@ EXIT_INCOMPLETE = 3
 TOOLS_MODULE = f'''
 """The soak's side effect: one line per effect in the ledger file."""
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -173,9 +175,11 @@ async def {ASYNC_TOOL}(call: int, idempotency_key: str) -> str:
 
 @tool(side_effect=True, task_support="optional")
 async def {TASK_TOOL}(call: int, idempotency_key: str) -> str:
-    """Append this call's key to the ledger, as a durable task's body when the client asks."""
+    """Append this call's key to the ledger, as a durable task's body when the client asks, then
+    stay a while: a kill then finds the task working, for another server to take over."""
     with LEDGER.open("a") as ledger:
         ledger.write(idempotency_key + "\\n")
+    await asyncio.sleep({TASK_HOLD_S})
     return "appended call " + str(call)
 
 
