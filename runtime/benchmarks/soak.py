@@ -94,6 +94,7 @@ import psycopg
 from resilient_mcp.calls.tool_threads import MAX_TOOL_THREADS
 from resilient_mcp.commands.diagnose import (
     ERAS,
+    MODERN,
     Era,
     NoAnswer,
     RawStdioSession,
@@ -102,6 +103,9 @@ from resilient_mcp.commands.diagnose import (
     unbuffered_free_env,
     with_envelope,
 )
+from resilient_mcp.store.store import HEARTBEAT_S, STALE_AFTER_BEATS
+from resilient_mcp.tasks.runner import ADOPT_EVERY_S, WATCH_S
+from resilient_mcp.tasks.wire import EXTENSION, REQUEST_CAPABILITIES
 from sample_server.project import ENV_PREFIX, IDEMPOTENCY_BACKEND, PACKAGE
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -113,6 +117,7 @@ CASES: tuple[Case, ...] = ("kills", "time-limit", "sigterm")
 TOOL = "soak_append"
 ASYNC_TOOL = "soak_append_async"  # every other call: its claim records the start itself
 TOOLS = (TOOL, ASYNC_TOOL)
+TASK_TOOL = "soak_task_append"  # the same effect, run as a durable task (2026-07-28 servers)
 HOLD_TOOL = "soak_append_and_hold"  # the queued cases': its body outlasts the time limit and the grace
 LEDGER_VARIABLE = "SOAK_LEDGER"
 HOLD_VARIABLE = "SOAK_HOLD_S"
@@ -126,12 +131,23 @@ RETRY_PAUSE_S = 0.05  # before a retry that has no retry_after_s hint, and after
 POLL_S = 0.05  # longest wait for answers before the loop looks at its schedule again
 START_RETRIES = 5  # server starts that fail while the database is down, retried once it is back
 DATABASE_UP_TIMEOUT_S = 60.0  # a killed database not back by then fails the soak
+# A task whose server died is taken over once a live server's heartbeat sweep has removed the
+# dead one's row (at once on this machine: its pid is gone; else after STALE_AFTER_BEATS beats)
+# and its watch loop looks for orphans: within this window of the kills' end, plus the slack a
+# loaded machine needs.
+TAKEOVER_WINDOW_S = HEARTBEAT_S * STALE_AFTER_BEATS + ADOPT_EVERY_S + WATCH_S
+TAKEOVER_SLACK_S = 10.0
+TASK_POLL_S = 0.1  # between a task's tasks/get polls
+TASK_HOLD_S = 0.3  # a task's body, after its effect: long enough for kills to land in it
+TERMINAL_TASK = ("completed", "failed", "cancelled")
+UNKNOWN_TASK = -32602  # tasks/get of an id the server does not know: a task lost
 EXIT_EFFECTS_WRONG = 1
 EXIT_INCOMPLETE = 3
 
 TOOLS_MODULE = f'''
 """The soak's side effect: one line per effect in the ledger file."""
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -154,6 +170,16 @@ async def {ASYNC_TOOL}(call: int, idempotency_key: str) -> str:
     """Append this call's key to the ledger, from an async tool."""
     with LEDGER.open("a") as ledger:
         ledger.write(idempotency_key + "\\n")
+    return "appended call " + str(call)
+
+
+@tool(side_effect=True, task_support="optional")
+async def {TASK_TOOL}(call: int, idempotency_key: str) -> str:
+    """Append this call's key to the ledger, as a durable task's body when the client asks, then
+    stay a while: a kill then finds the task working, for another server to take over."""
+    with LEDGER.open("a") as ledger:
+        ledger.write(idempotency_key + "\\n")
+    await asyncio.sleep({TASK_HOLD_S})
     return "appended call " + str(call)
 
 
@@ -196,10 +222,24 @@ class Call:
     acknowledged: bool = False  # answered with success (first or replayed)
     interrupted: bool = False  # in flight when its server died at least once
     spans: list[tuple[float, float]] = field(default_factory=list)  # each attempt: sent, answered or lost
+    task_id: str | None = None  # a task call: its task, once a server answered that it was created
+    task_status: str | None = None  # as its last tasks/get said
+    polls: int = 0  # tasks/get sent for it
 
     @property
     def arguments(self) -> dict[str, Any]:
         return {"call": self.index, "idempotency_key": self.key}
+
+    @property
+    def is_task(self) -> bool:
+        return self.tool == TASK_TOOL
+
+
+def declaring_tasks(params: dict[str, Any]) -> dict[str, Any]:
+    """2026-07-28 params that declare the tasks extension for this request."""
+    capabilities = params.setdefault("_meta", {}).setdefault(REQUEST_CAPABILITIES, {})
+    capabilities.setdefault("extensions", {})[EXTENSION] = {}
+    return params
 
 
 @dataclass
@@ -252,6 +292,15 @@ class Figures:
     burst_calls: int = 0
     sigterms: int = 0
     cut_before_their_body: int = 0
+    # The kills case's task calls: created as tasks, polled with tasks/get to their end, which
+    # must come within the takeover window of the kills' end.
+    task_calls: int = 0
+    tasks_created: int = 0
+    tasks_lost: int = 0  # a created task's id that tasks/get no longer knows
+    tasks_stuck_working: int = 0  # still working past the takeover window after the last kill
+    task_statuses: dict[str, int] = field(default_factory=dict)
+    task_polls: int = 0
+    tasks_ended_after_kills_s: float = 0.0  # from the kills' end to the last task's end
     wall_s: float = 0.0
 
     @property
@@ -259,7 +308,8 @@ class Figures:
         """Every effect accounted for; in a queued case, no key in doubt whose body never ran
         (a start recorded only once a thread takes the body, and nothing between the two)."""
         effects_ok = self.duplicated_effects == 0 and self.lost_acknowledged_effects == 0
-        return effects_ok and (self.case == "kills" or self.in_doubt_never_ran == 0)
+        tasks_ok = self.tasks_lost == 0 and self.tasks_stuck_working == 0
+        return effects_ok and tasks_ok and (self.case == "kills" or self.in_doubt_never_ran == 0)
 
 
 class DatabaseKiller:
@@ -429,7 +479,12 @@ class Driver:
     """Keeps up to `concurrency` calls in flight, reads their answers and schedules retries."""
 
     def __init__(
-        self, supervisor: Supervisor, calls: list[Call], concurrency: int, max_attempts: int
+        self,
+        supervisor: Supervisor,
+        calls: list[Call],
+        concurrency: int,
+        max_attempts: int,
+        on_quiet: Callable[[], None] | None = None,
     ) -> None:
         self.supervisor = supervisor
         self.calls = {call.index: call for call in calls}
@@ -442,7 +497,14 @@ class Driver:
         self._due: list[tuple[float, int]] = [(0.0, call.index) for call in calls]  # (when, call index)
         heapq.heapify(self._due)
         self._in_flight: dict[str, tuple[Call, float]] = {}  # request id -> (call, sent at)
+        self._polls: set[str] = set()  # the request ids in flight that are tasks/get
         self._requests = 0
+        # Once only task polls are left, the kills stop (`on_quiet`) and every task must end
+        # within the takeover window from then.
+        self.on_quiet = on_quiet
+        self.quiet_at: float | None = None
+        self.last_task_end = 0.0
+        self._quiet_checked = 0.0
 
     def run(self) -> None:
         """Every call to its final answer, on as many servers as that takes."""
@@ -454,6 +516,12 @@ class Driver:
             if session.process.poll() is not None:
                 session, seen = self._restart(session, seen)
                 continue
+            if self._quiet_now() and self.supervisor.era != MODERN:
+                session, seen = self._restart(session, seen)  # tasks/get needs a 2026-07-28 server
+                continue
+            if self.quiet_at is not None and time.monotonic() > self.quiet_at + self.takeover_deadline_s:
+                self._give_up_on_tasks()
+                break
             self._send_due(session)
             if not self._in_flight:
                 if self._due:
@@ -497,17 +565,58 @@ class Driver:
         self._due = [(0.0, index) for _, index in self._due]
         heapq.heapify(self._due)
 
+    takeover_deadline_s = TAKEOVER_WINDOW_S + TAKEOVER_SLACK_S
+
+    def _quiet_now(self) -> bool:
+        """Whether only task polls are left (checked at most every POLL_S); the first time,
+        the kills are stopped."""
+        if self.quiet_at is not None:
+            return True
+        now = time.monotonic()
+        if self.on_quiet is None or now - self._quiet_checked < POLL_S:
+            return False
+        self._quiet_checked = now
+        if any(c.final is None and not (c.is_task and c.task_id) for c in self.calls.values()):
+            return False
+        self.on_quiet()
+        self.quiet_at = time.monotonic()
+        return True
+
+    def _give_up_on_tasks(self) -> None:
+        """Past the takeover window: the tasks not yet ended are stuck."""
+        for call in self.calls.values():
+            if call.final is None and call.task_id is not None:
+                self._finish(call, "task_stuck")
+        self._due.clear()
+        self._in_flight.clear()
+        self._polls.clear()
+
     def _send_due(self, session: RawStdioSession) -> None:
         now = time.monotonic()
+        held = []  # task calls, while the server speaks 2025-11-25 (no tasks there)
         while self._due and self._due[0][0] <= now and len(self._in_flight) < self.concurrency:
-            _, index = heapq.heappop(self._due)
+            when, index = heapq.heappop(self._due)
             call = self.calls[index]
-            call.attempts += 1
+            if call.is_task and self.supervisor.era != MODERN:
+                held.append((max(when, now + POLL_S), index))  # not before the next look
+                continue
             self._requests += 1
             request_id = f"soak-{self._requests}"
-            params = with_envelope(self.supervisor.era, {"name": call.tool, "arguments": call.arguments})
+            if call.task_id is None:
+                call.attempts += 1
+                method = "tools/call"
+                params = with_envelope(self.supervisor.era, {"name": call.tool, "arguments": call.arguments})
+            else:
+                call.polls += 1
+                method = "tasks/get"
+                params = with_envelope(MODERN, {"taskId": call.task_id})
+                self._polls.add(request_id)
+            if call.is_task:
+                declaring_tasks(params)
             self._in_flight[request_id] = (call, time.monotonic())
-            session.send({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
+            session.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        for item in held:
+            heapq.heappush(self._due, item)
 
     def _harvest(self, session: RawStdioSession, seen: int) -> int:
         """Handle the answers among the messages read so far; returns how many were looked at."""
@@ -516,12 +625,56 @@ class Driver:
             if "method" in message or not isinstance(request_id, str) or request_id not in self._in_flight:
                 continue
             call, sent = self._in_flight.pop(request_id)
+            if request_id in self._polls:
+                self._polls.discard(request_id)
+                self._settle_poll(call, message)
+                continue
             call.spans.append((sent, time.monotonic()))
             self._settle(call, message)
         return len(session.messages)
 
+    def _settle_poll(self, call: Call, message: dict[str, Any]) -> None:
+        """A task's tasks/get: its end, or another poll; an id no longer known is a task lost."""
+        error = message.get("error")
+        if isinstance(error, dict):
+            if error.get("code") == UNKNOWN_TASK:
+                self.answers["task_lost"] += 1
+                self._finish(call, "task_lost")
+            else:  # e.g. the store did not answer: ask again
+                self.answers["tasks/get_error"] += 1
+                self._poll(call)
+            return
+        result = message.get("result") or {}
+        call.task_status = status = str(result.get("status"))
+        if status not in TERMINAL_TASK:
+            self._poll(call)
+            return
+        self.last_task_end = time.monotonic()
+        self.answers[f"task_{status}"] += 1
+        if status == "completed":
+            inner = result.get("result") or {}
+            if not inner.get("isError"):
+                call.acknowledged = True
+                self._finish(call, "success")
+                return
+            error = (inner.get("_meta") or {}).get("error") or {}
+            self._finish(call, str(error.get("category", "no_category")))
+        elif status == "failed":
+            data = (result.get("error") or {}).get("data") or {}
+            self._finish(call, str(data.get("category", "failed")))
+        else:
+            self._finish(call, status)
+
+    def _poll(self, call: Call) -> None:
+        heapq.heappush(self._due, (time.monotonic() + TASK_POLL_S, call.index))
+
     def _settle(self, call: Call, message: dict[str, Any]) -> None:
         result = message.get("result")
+        if call.is_task and isinstance(result, dict) and result.get("resultType") == "task":
+            call.task_id = str(result["taskId"])  # written durably before this answer
+            self.answers["task_created"] += 1
+            self._poll(call)
+            return
         if not isinstance(result, dict):
             self.answers["jsonrpc_error"] += 1  # a tool call should never get one: retry, and show it
             self._retry(call, RETRY_PAUSE_S)
@@ -565,12 +718,16 @@ class Driver:
         session.close(timeout=10)
         self._harvest(session, seen)
         now = time.monotonic()
-        for call, sent in self._in_flight.values():
+        for request_id, (call, sent) in self._in_flight.items():
+            if request_id in self._polls:  # a tasks/get: asked again on the next server
+                self._poll(call)
+                continue
             self.answers["lost_connection"] += 1
             call.interrupted = True
             call.spans.append((sent, now))
             self._retry(call, RETRY_PAUSE_S)
         self._in_flight.clear()
+        self._polls.clear()
 
 
 def read_ledger(path: Path, keys: set[str]) -> tuple[collections.Counter[str], int]:
@@ -646,7 +803,12 @@ def soak(args: argparse.Namespace, backend: Backend, case: Case, database: Datab
     )
     run_id = uuid.uuid4().hex[:8]
     tools = (HOLD_TOOL,) if queued else TOOLS
-    calls = [Call(n, f"soak-{run_id}:{n}", tools[n % len(tools)]) for n in range(figures.calls)]
+    every = 0 if queued or MODERN not in eras else args.task_every  # tasks need 2026-07-28 servers
+
+    def tool_of(n: int) -> str:
+        return TASK_TOOL if every and n % every == every - 1 else tools[n % len(tools)]
+
+    calls = [Call(n, f"soak-{run_id}:{n}", tool_of(n)) for n in range(figures.calls)]
     with tempfile.TemporaryDirectory(prefix="soak-") as directory:
         folder = Path(directory)
         (folder / "tools").mkdir()
@@ -697,15 +859,29 @@ def soak(args: argparse.Namespace, backend: Backend, case: Case, database: Datab
         figures.cut_before_their_body += driver.cut_before_their_body
     figures.answers = dict(sorted(answers.items()))
     figures.calls_per_era = dict(per_era)
+    count_tasks(figures, calls, drivers)
     return figures
+
+
+def count_tasks(figures: Figures, calls: list[Call], drivers: list[Driver]) -> None:
+    """The task calls' figures: created, lost, stuck in working, and how they ended."""
+    tasks = [c for c in calls if c.is_task]
+    figures.task_calls = len(tasks)
+    figures.tasks_created = sum(1 for c in tasks if c.task_id is not None)
+    figures.tasks_lost = sum(1 for c in tasks if c.final == "task_lost")
+    figures.tasks_stuck_working = sum(1 for c in tasks if c.final == "task_stuck")
+    figures.task_statuses = dict(collections.Counter(str(c.task_status) for c in tasks if c.task_id))
+    figures.task_polls = sum(c.polls for c in tasks)
+    ends = [d.last_task_end - d.quiet_at for d in drivers if d.quiet_at is not None and d.last_task_end]
+    figures.tasks_ended_after_kills_s = round(max(ends, default=0.0), 2)
 
 
 def run_with_kills(
     args: argparse.Namespace, supervisor: Supervisor, calls: list[Call], db_killer: DatabaseKiller | None
 ) -> Driver:
     """The kills case: every call to its final answer while the killers kill at random."""
-    driver = Driver(supervisor, calls, args.concurrency, args.max_attempts)
     done = threading.Event()
+    driver = Driver(supervisor, calls, args.concurrency, args.max_attempts, on_quiet=done.set)
     loops = []
     if args.kill_server == "sigkill":
         mean_s = args.kill_every_ms / 1000
@@ -876,6 +1052,21 @@ def describe(f: Figures) -> str:
             ("keys in doubt", share(f.in_doubt)),
             ("in doubt but never ran", f"{f.in_doubt_never_ran} (must be 0: absent from the ledger)"),
             ("false in-doubt rate", f"{percent(f.false_in_doubt_of_in_doubt)} of the keys in doubt"),
+        ]
+    if f.task_calls:
+        rows += [
+            (
+                "task calls",
+                f"{f.task_calls}, {f.tasks_created} created, {f.task_polls} tasks/get;"
+                f" ended {listed(f.task_statuses)}",
+            ),
+            ("tasks lost", f"{f.tasks_lost} (must be 0: created, then unknown to tasks/get)"),
+            (
+                "tasks stuck in working",
+                f"{f.tasks_stuck_working} (must be 0: still working {TAKEOVER_WINDOW_S:g} s"
+                f" + {TAKEOVER_SLACK_S:g} s after the kills ended); the last ended"
+                f" {f.tasks_ended_after_kills_s:g} s after them",
+            ),
         ]
     rows += [
         ("in doubt by cause", "\n".join(causes) or "none"),
@@ -1056,6 +1247,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive(int),
         default=8,
         help=f"time-limit, sigterm: calls in a burst beyond the {MAX_TOOL_THREADS} tool threads (default: 8)",
+    )
+    parser.add_argument(
+        "--task-every",
+        type=int,
+        default=4,
+        help=f"kills: every Nth call is a durable task of {TASK_TOOL}, polled to its end on"
+        " 2026-07-28 servers (0: none; default: 4)",
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the kill intervals (default: 1)")
     parser.add_argument(
