@@ -51,6 +51,7 @@ ROOMS = {
     "authoring",
     "store",
     "calls",
+    "tasks",
     "stdio",
     "http",
     "server",

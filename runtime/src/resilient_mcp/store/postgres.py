@@ -32,8 +32,9 @@ from resilient_mcp.authoring.errors import FatalError, StoreUnavailableError
 from resilient_mcp.authoring.settings import no_database_url
 from resilient_mcp.project import this_project
 from resilient_mcp.store.batches import Batches
+from resilient_mcp.store.dialect import NO_PARAMS, Dialect, Params, Session
 from resilient_mcp.store.instances import OwnerRow
-from resilient_mcp.store.sql import NO_PARAMS, SCHEMA_VERSION, Dialect, Params, Session, SQLStore
+from resilient_mcp.store.sql import SCHEMA_VERSION, SQLStore
 from resilient_mcp.store.store import DEFAULT_TTL_S, HEARTBEAT_S, LEGACY_CALLER
 from resilient_mcp.telemetry.text import clip
 

@@ -17,11 +17,8 @@ started" is trusted only when the store vouches that no write since the claim wa
 
 from __future__ import annotations
 
-import re
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from abc import abstractmethod
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import anyio
@@ -29,6 +26,7 @@ import structlog
 
 from resilient_mcp.authoring.errors import ClaimLostError, FatalError, StoreUnavailableError
 from resilient_mcp.store import task_table
+from resilient_mcp.store.dialect import Dialect, Params, Session, Transaction
 from resilient_mcp.store.instances import HeartbeatThread, Instance, OwnerRow, owner_gone_reason
 from resilient_mcp.store.rules import (
     LEASE_EXPIRED,
@@ -58,7 +56,6 @@ from resilient_mcp.store.store import (
 if TYPE_CHECKING:
     from resilient_mcp.authoring.checks import HealthStatus
 
-Params = Mapping[str, Any]
 _log = structlog.get_logger(__name__)
 
 SCHEMA_VERSION = 4
@@ -66,56 +63,6 @@ PURGE_EVERY_S = 60.0
 CHECK_TIMEOUT_S = 5.0
 CLAIM_ATTEMPTS = 5  # a row deleted between our INSERT and SELECT: insert again
 STOPPED_NOTE = "the server stopped before the call finished"
-NO_PARAMS: Params = {}
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """The SQL fragments where the two databases differ. Statements name their parameters
-    `:name`; `placeholder` is the form the driver wants instead (`%(name)s` for psycopg)."""
-
-    time_type: str  # a point in time: seconds since the epoch, or a timestamp
-    time_default: str  # the DDL default of a time column
-    float_type: str
-    small_int_type: str
-    now: str  # the current time, as the database (or the caller) sees it
-    epoch: str  # `{}`: a time column, as float seconds since the epoch
-    after: str  # `{}`: a float parameter; the time that many seconds from now
-    before: str  # `{}`: a float parameter; the time that many seconds ago
-    row_lock: str  # appended to a SELECT of `idempotency_keys AS k`: lock the row until commit ("": none)
-    schema_lock: str | None  # a statement serialising migrations (None: the transaction does)
-    sweep_lock: str | None  # a statement answering whether this sweep may run now
-    # Whether ALTER TABLE can replace a primary key (PostgreSQL); if not, the table is copied (SQLite).
-    alters_primary_key: bool
-    placeholder: str = ":{}"
-
-    def compile(self, statement: str) -> str:
-        """The statement with the driver's placeholders."""
-        if self.placeholder == ":{}":
-            return statement
-        return _PARAMETER.sub(lambda match: self.placeholder.format(match[1]), statement)
-
-
-_PARAMETER = re.compile(r"(?<![:\w]):([a-z_]\w*)")
-
-
-class Session(ABC):
-    """Statements on one connection (within one transaction when the session opened one)."""
-
-    @abstractmethod
-    async def rows(self, statement: str, params: Params = NO_PARAMS) -> list[tuple[Any, ...]]:
-        """The rows a query returns."""
-
-    @abstractmethod
-    async def execute(self, statement: str, params: Params = NO_PARAMS) -> int:
-        """Run a statement; how many rows it changed."""
-
-    async def one(self, statement: str, params: Params = NO_PARAMS) -> tuple[Any, ...] | None:
-        rows = await self.rows(statement, params)
-        return rows[0] if rows else None
-
-
-Transaction = Callable[[], AbstractAsyncContextManager[Session]]
 
 
 # The rows the queries return, read by name. Each query's column list is built from its row's

@@ -40,8 +40,9 @@ import structlog
 from resilient_mcp.authoring.errors import FatalError, StoreUnavailableError, TableLostError
 from resilient_mcp.authoring.settings import data_dir_fix
 from resilient_mcp.project import this_project
+from resilient_mcp.store.dialect import NO_PARAMS, Dialect, Params, Session
 from resilient_mcp.store.instances import OwnerRow, same_boot
-from resilient_mcp.store.sql import NO_PARAMS, SCHEMA_VERSION, Dialect, Params, Session, SQLStore
+from resilient_mcp.store.sql import SCHEMA_VERSION, SQLStore
 from resilient_mcp.store.sqlite_writer import SQLiteWriter, WriterSession
 from resilient_mcp.store.store import DEFAULT_TTL_S, HEARTBEAT_S
 from resilient_mcp.store.table_file import TableFile

@@ -34,7 +34,7 @@ from typing import Any
 
 import anyio
 
-from resilient_mcp.store.sql import Params
+from resilient_mcp.store.dialect import Params
 
 MAX_BATCH = 256  # statements per commit: bounds how long the write lock is held at once
 SESSION_IDLE_S = 30.0  # a session that sends nothing for this long is rolled back

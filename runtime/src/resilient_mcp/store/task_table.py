@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:
-    from resilient_mcp.store.sql import Dialect, Session
+    from resilient_mcp.store.dialect import Dialect, Session
 
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 OPEN_STATUSES: tuple[TaskStatus, ...] = ("working", "input_required")
