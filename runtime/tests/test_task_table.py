@@ -242,6 +242,16 @@ async def test_cancel_ends_an_open_task_and_leaves_a_finished_one_as_it_is(store
     assert await store.tasks.cancelled_mine(60.0) == {working.task_id, parked.task_id}
 
 
+async def test_an_unflushed_end_is_an_end_and_working_mine_names_what_this_process_owns(
+    store: IdempotencyStore,
+) -> None:
+    first, second = await created(store), await created(store, task(BEN))
+    assert await store.tasks.working_mine() == {first.task_id, second.task_id}
+    assert await store.tasks.finish(first.task_id, "completed", RESULT, flushed=False)
+    assert await status_of(store, first.task_id) == "completed"
+    assert await store.tasks.working_mine() == {second.task_id}
+
+
 async def test_a_cancelled_task_is_never_finished_or_resumed(store: IdempotencyStore) -> None:
     row = await created(store)
     parked = await created(store)

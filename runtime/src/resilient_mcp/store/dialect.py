@@ -33,6 +33,9 @@ class Dialect:
     # Whether ALTER TABLE can replace a primary key (PostgreSQL); if not, the table is copied (SQLite).
     alters_primary_key: bool
     placeholder: str = ":{}"
+    # A statement making this transaction's commit return before it is flushed (None: commits
+    # that need not reach the disk are not flushed anyway).
+    relaxed_commit: str | None = None
 
     def compile(self, statement: str) -> str:
         """The statement with the driver's placeholders."""

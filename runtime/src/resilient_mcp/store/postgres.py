@@ -73,6 +73,7 @@ DIALECT = Dialect(
     sweep_lock=f"SELECT pg_try_advisory_xact_lock({_SWEEP_LOCK})",
     alters_primary_key=True,
     placeholder="%({})s",
+    relaxed_commit="SET LOCAL synchronous_commit = off",
 )
 
 # Concurrent claims and outcomes, one statement per batch (`batches.py`): both kinds go out

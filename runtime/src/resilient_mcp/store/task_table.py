@@ -188,6 +188,8 @@ class TaskStatements:
             "UPDATE mcp_tasks SET status = 'cancelled', input_requests = NULL, status_message = :message,"
             f" updated_at = {now}, finished_at = {now} WHERE task_id = :task_id AND {open_statuses}"
         )
+        self.relaxed_commit = d.relaxed_commit
+        self.working_of_owner = c("SELECT task_id FROM mcp_tasks WHERE owner = :owner AND status = 'working'")
         self.cancelled_of_owner = c(
             "SELECT task_id FROM mcp_tasks WHERE owner = :owner AND status = 'cancelled'"
             f" AND finished_at >= {d.before.format(':window')}"
@@ -271,12 +273,31 @@ class TaskTable:
             return bool(await db.execute(self.sql.mark_started, self._mine(task_id)))
 
     async def finish(
-        self, task_id: str, status: TaskStatus, outcome: Any, message: str | None = None
+        self,
+        task_id: str,
+        status: TaskStatus,
+        outcome: Any,
+        message: str | None = None,
+        *,
+        flushed: bool = True,
     ) -> bool:
-        """The run ended: completed (a result), failed (an error) or cancelled; False if not ours."""
+        """The run ended: completed (a result), failed (an error) or cancelled; False if not ours.
+
+        `flushed=False`: the commit need not reach the disk before this returns, for an end that
+        a second run would reproduce (a database crash that loses it leaves the task working
+        with its owner alive: the owner runs it again, see `working_mine`)."""
         params = self._mine(task_id, status=status, outcome=_encode(outcome), message=message)
-        async with self._session("task_finish", shield=True) as db:
+        relaxed = None if flushed else self.sql.relaxed_commit
+        async with self._session("task_finish", transaction=relaxed is not None, shield=True) as db:
+            if relaxed is not None:
+                await db.execute(relaxed)
             return bool(await db.execute(self.sql.finish, params))
+
+    async def working_mine(self) -> set[str]:
+        """The tasks this process owns that the table says are working."""
+        async with self._session("task_working_mine") as db:
+            rows = await db.rows(self.sql.working_of_owner, {"owner": self.owner})
+        return {str(row[0]) for row in rows}
 
     async def set_message(self, task_id: str, message: str) -> None:
         """The running task's `statusMessage` (its progress)."""

@@ -167,7 +167,9 @@ class TaskRunner:
         if taken_over and spec.side_effect and error_category(result) == "in_doubt":
             await ended.write(table, "failed", lost(row, "in_doubt", _in_doubt_text(result)))
             return
-        await ended.write(table, "completed", _json(result))
+        # A run that can be repeated ends without a flush of its own: lost in a database crash,
+        # it is run again (its side effect, if any, replayed by its key, which was flushed).
+        await ended.write(table, "completed", _json(result), flushed=not repeatable)
 
     def _progress_writer(self, table: TaskTable, task_id: str) -> ProgressSink:
         last = [-PROGRESS_EVERY_S]
@@ -201,6 +203,7 @@ class TaskRunner:
                 if self.clock() >= next_adoption:
                     next_adoption = self.clock() + ADOPT_EVERY_S
                     await self.adopt_orphans(table)
+                    await self.rerun_lost(table)
             except StoreUnavailableError:
                 pass  # the store says so in health_check; try again next round
             except Exception:
@@ -220,6 +223,18 @@ class TaskRunner:
             log.warning("task_taken_over", task_id=task_id, tool=row.tool, body_started=bool(row.body))
             self.start(row, taken_over=True)
         return taken
+
+    async def rerun_lost(self, table: TaskTable) -> int:
+        """Run again, by the takeover rules, the tasks the table says this process runs but it
+        does not (a run's end lost with the database's unflushed commits, or never written)."""
+        running_before = set(self.runs)
+        lost = await table.working_mine() - running_before - set(self.runs)
+        for task_id in lost:
+            row = await table.get(task_id)
+            if row is not None and row.status == "working" and task_id not in self.runs:
+                log.warning("task_run_lost", task_id=task_id, tool=row.tool, body_started=bool(row.body))
+                self.start(row, taken_over=True)
+        return len(lost)
 
     async def close(self) -> None:
         """Stop watching; runs still going (past the shutdown's grace) stay in the store."""
@@ -245,13 +260,15 @@ class _EndOfRun:
         self.row, self.started, self.clock, self.telemetry = row, started, clock, telemetry
         self.age_at_start = max(0.0, row.now - row.created_at)  # the database's clock: no skew
 
-    async def write(self, table: TaskTable, status: TaskStatus, outcome: Any) -> None:
+    async def write(
+        self, table: TaskTable, status: TaskStatus, outcome: Any, *, flushed: bool = True
+    ) -> None:
         """Retried while the store does not answer: unwritten, the task would read `working`
-        for as long as this process lives."""
+        until the watch loop ran it again (`TaskRunner.rerun_lost`)."""
         held: list[bool] = []
 
         async def finish() -> None:
-            held.append(await table.finish(self.row.task_id, status, outcome))
+            held.append(await table.finish(self.row.task_id, status, outcome, flushed=flushed))
 
         if await write_retried(finish, retry_s=END_RETRY_S) and held[-1]:
             self(status)
