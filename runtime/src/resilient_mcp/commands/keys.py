@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, cast
 import anyio
 
 from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.commands.columns import aligned
 from resilient_mcp.project import this_project
 from resilient_mcp.server.startup import exit_fatal, load_settings
 from resilient_mcp.store import (
@@ -137,14 +138,7 @@ def format_table(records: list[KeyRecord]) -> str:
         (r.tool, r.key, r.caller, r.state, format_age(r.age_s), r.fingerprint[:FINGERPRINT_CHARS], r.note)
         for r in records
     ]
-    widths = [max(len(row[column]) for row in rows) for column in range(len(header) - 1)]
-    lines = (
-        "  ".join(
-            [*(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)), row[-1]]
-        ).rstrip()
-        for row in rows
-    )
-    return "".join(line + "\n" for line in lines)
+    return aligned(rows)
 
 
 def format_age(seconds: float) -> str:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, get_args
 import anyio
 
 from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.commands.columns import aligned
 from resilient_mcp.commands.keys import format_age, positive_int
 from resilient_mcp.project import this_project
 from resilient_mcp.server.startup import exit_fatal, load_settings
@@ -107,14 +108,7 @@ def format_table(rows: list[TaskRow]) -> str:
         )
         for row in rows
     ]
-    widths = [max(len(line[column]) for line in table) for column in range(len(header) - 1)]
-    lines = (
-        "  ".join(
-            [*(cell.ljust(width) for cell, width in zip(line[:-1], widths, strict=True)), line[-1]]
-        ).rstrip()
-        for line in table
-    )
-    return "".join(line + "\n" for line in lines)
+    return aligned(table)
 
 
 def record(row: TaskRow, *, detailed: bool = False) -> dict[str, Any]:
