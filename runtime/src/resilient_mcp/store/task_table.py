@@ -190,9 +190,10 @@ class TaskStatements:
         )
         self.relaxed_commit = d.relaxed_commit
         self.working_of_owner = c("SELECT task_id FROM mcp_tasks WHERE owner = :owner AND status = 'working'")
+        # A cancelled task is changed no more: its last update is its cancel (read by that index).
         self.cancelled_of_owner = c(
-            "SELECT task_id FROM mcp_tasks WHERE owner = :owner AND status = 'cancelled'"
-            f" AND finished_at >= {d.before.format(':window')}"
+            f"SELECT task_id FROM mcp_tasks WHERE updated_at >= {d.before.format(':window')}"
+            " AND owner = :owner AND status = 'cancelled'"
         )
         # Orphans: working tasks whose owner's instance row the heartbeat sweep removed.
         self.orphans = c(
