@@ -49,7 +49,9 @@ def events(data_dir: Path, label: str) -> list[str]:
 
 
 def note(label: str, event: str) -> None:
-    with (load_settings(Settings).data_dir / EVENTS).open("a") as log:
+    data_dir = load_settings(Settings).data_dir  # no store made it with PostgreSQL
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with (data_dir / EVENTS).open("a") as log:
         log.write(f"{label} {event}\n")
 
 
