@@ -3,8 +3,8 @@ are made with, each on one end of the MCP SDK versions the library supports.
 
 The SQLite and strict set runs on the newest `mcp` on PyPI, the PostgreSQL and lenient set (which
 also tests the store on SQLite) on the lowest supported minor series: together, the whole suite on
-both ends of `mcp>=X.Y,<N` in the time of two runs, less the store's tests on both backends that
-the first would repeat.
+both ends of `mcp>=X.Y,<N` in the time of two runs, less the tests that do not depend on the
+answers, which run in one of them only.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from packaging.version import Version
 from .project_env import SUITE_TIMEOUT_S, run
 from .runtime_env import create_runtime_env, mcp_requirement, suite_requirements
 
-# answers, the mcp end, and what the run leaves out: the store's tests on both backends (marked
-# `both_backends`) do not depend on the answers, so one run is enough; the postgres run keeps them.
+# answers, the mcp end, and what the run leaves out: tests whose outcome does not depend on the
+# answers run in one of the two, the store's on both backends (`both_backends`) in the postgres
+# run, those of a transport, auth or a command (`answers_independent`) in the SQLite one.
 VARIANTS = {
     "sqlite-strict-newest-mcp": (
         {"SAMPLE_PROJECT_BACKEND": "sqlite", "SAMPLE_PROJECT_STRICT": "true"},
@@ -30,7 +31,7 @@ VARIANTS = {
     "postgres-lenient-lowest-mcp": (
         {"SAMPLE_PROJECT_BACKEND": "postgres", "SAMPLE_PROJECT_STRICT": "false"},
         "lowest",
-        [],
+        ["-m", "not answers_independent"],
     ),
 }
 # Two workers of its own: the suite mostly waits (servers starting, calls sleeping, limits running out).

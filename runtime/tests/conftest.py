@@ -37,13 +37,36 @@ def pytest_configure(config: pytest.Config) -> None:
         "both_backends: runs on SQLite and on PostgreSQL whatever the project's backend, so its outcome "
         "does not depend on the suite's answers (-m 'not both_backends' skips it in all but one run)",
     )
+    config.addinivalue_line(
+        "markers",
+        "answers_independent: its outcome does not depend on the suite's answers (backend, strict), so "
+        "one of the CI's two runs is enough (-m 'not answers_independent' skips it)",
+    )
+
+
+# Modules that test a transport, auth or a command with tools whose outcome neither answer (the
+# backend, strict arguments) changes: none calls a side-effecting tool or sends a bad argument.
+ANSWERS_INDEPENDENT = {
+    "test_bearer",
+    "test_dev",
+    "test_diagnose",
+    "test_http_exposure",
+    "test_json_bounds",
+    "test_oauth",
+    "test_oauth_keys",
+    "test_redaction",
+    "test_stdio_lines",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test of the store on each backend (the `backend` fixture) is marked `both_backends`."""
+    """A test of the store on each backend (the `backend` fixture) is marked `both_backends`;
+    a test of a module in ANSWERS_INDEPENDENT, `answers_independent`."""
     for item in items:
         if "backend" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.both_backends)
+        if item.path.stem in ANSWERS_INDEPENDENT:
+            item.add_marker(pytest.mark.answers_independent)
 
 
 @pytest.fixture(scope="session", autouse=True)
