@@ -26,7 +26,7 @@ from resilient_mcp.commands.diagnose import MODERN, open_session, with_envelope
 from resilient_mcp.tasks.wire import EXTENSION, REQUEST_CAPABILITIES
 from sample_server.project import IDEMPOTENCY_BACKEND
 from support import ANSWER_TIMEOUT_S, StdioSession, http_server, server_argv, server_env
-from task_tools.task_bodies import events
+from task_tools.task_bodies import EVENTS, events
 
 TASK_TOOLS = Path(__file__).with_name("task_tools")
 TTL_S, POLL_INTERVAL_MS = 7200, 250  # not the defaults: what a task says comes from the settings
@@ -279,6 +279,25 @@ def test_a_side_effect_task_with_the_same_key_is_the_same_task_and_runs_once(tas
     assert tasks.effects("key-task") == 1
     assert (other["isError"], other["_meta"]["error"]["category"]) == (True, "conflict")
     assert "taskId" not in other
+
+
+def test_a_key_whose_task_did_nothing_is_retried_as_a_new_task(tasks: TaskClient) -> None:
+    charge = {"account": "retried-task", "cents": 300, "idempotency_key": "order-2:charge", "label": "shut"}
+    with (tasks.data_dir / EVENTS).open("a") as log:
+        log.write("shut closed\n")
+
+    refused = tasks.start("charge_an_open_account", charge)
+    ended = tasks.wait_until(refused, "completed")
+    with (tasks.data_dir / EVENTS).open("a") as log:
+        log.write("shut opened\n")
+    retried = tasks.start("charge_an_open_account", charge)
+    charged = tasks.wait_until(retried, "completed")
+
+    assert ended["result"]["_meta"]["error"]["category"] == "invalid_input"
+    assert retried != refused, "a key whose task did nothing gets a new task, as a call's key is freed"
+    assert text_of(charged["result"]).startswith("charged 300 to retried-task")
+    assert tasks.effects("retried-task") == 1
+    assert tasks.start("charge_an_open_account", charge) == retried  # and that one is kept
 
 
 # --- asking the client -------------------------------------------------------------------

@@ -140,3 +140,14 @@ def ask_the_name() -> Elicit[Name]:
 async def greet_the_asked_name(name: Annotated[Name, Resolve(ask_the_name)]) -> str:
     """Asks a name before any work (Resolve), then greets it from a task."""
     return f"Hello, {name.name}!"
+
+
+@tool(side_effect=True, task_support="optional")
+def charge_an_open_account(account: Account, cents: Cents, label: Label) -> str:
+    """Charges an account unless its last event says it is closed: then nothing is applied."""
+    said = [
+        event for event in events(load_settings(Settings).data_dir, label) if event in ("closed", "opened")
+    ]
+    if said and said[-1] == "closed":
+        raise ToolInputError(f"account {account} is closed: open it, then retry with the same key")
+    return f"charged {cents} to {account} (effect #{effect(account, cents)})"

@@ -189,6 +189,10 @@ class TaskStatements:
             f" updated_at = {now}, finished_at = {now} WHERE task_id = :task_id AND {open_statuses}"
         )
         self.relaxed_commit = d.relaxed_commit
+        self.forget = c(
+            "DELETE FROM mcp_tasks WHERE task_id = :task_id"
+            " AND status IN ('completed', 'failed', 'cancelled')"
+        )
         self.working_of_owner = c("SELECT task_id FROM mcp_tasks WHERE owner = :owner AND status = 'working'")
         # A cancelled task is changed no more: its last update is its cancel (read by that index).
         self.cancelled_of_owner = c(
@@ -293,6 +297,11 @@ class TaskTable:
             if relaxed is not None:
                 await db.execute(relaxed)
             return bool(await db.execute(self.sql.finish, params))
+
+    async def forget(self, task_id: str) -> None:
+        """Delete a finished task (a key's task that did nothing, before its retry makes another)."""
+        async with self._session("task_forget", durable=True) as db:
+            await db.execute(self.sql.forget, {"task_id": task_id})
 
     async def working_mine(self) -> set[str]:
         """The tasks this process owns that the table says are working."""

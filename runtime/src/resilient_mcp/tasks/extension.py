@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from resilient_mcp.authoring.errors import StoreUnavailableError
 from resilient_mcp.authoring.outcomes import Failure
 from resilient_mcp.calls.callers import caller, forbidden_message, key_caller, missing_scopes
+from resilient_mcp.calls.idempotent_call import FREED
 from resilient_mcp.calls.resilience import classify
 from resilient_mcp.calls.served_tool import ServedTool
 from resilient_mcp.store import KEY_ARGUMENT, fingerprint
@@ -173,7 +174,13 @@ class TasksExtension(Extension):
             correlation_id=correlation_id,
         )
         try:
-            made = await (await self.runner.table()).create(task, max_open=settings.max_tasks_per_caller)
+            table = await self.runner.table()
+            made = await table.create(task, max_open=settings.max_tasks_per_caller)
+            if made.row is not None and made.existing and nothing_happened(made.row):
+                # The key's task ended having done nothing (its key was freed, as a call's is):
+                # the retry is a new task, not that answer again.
+                await table.forget(made.row.task_id)
+                made = await table.create(task, max_open=settings.max_tasks_per_caller)
         except StoreUnavailableError:
             return refused(Failure.refusal("transient", _STORE_DOWN, retry_after_s=5.0))
         if made.row is None:
@@ -264,6 +271,15 @@ class TasksExtension(Extension):
 
     def _caller(self) -> str:
         return key_caller(authenticated=self.tool_calls.sdk_settings.auth is not None)
+
+
+def nothing_happened(row: TaskRow) -> bool:
+    """A finished task whose tool failed before any effect (its key freed: bad input, transient)."""
+    outcome = row.decoded("outcome") if row.status == "completed" else None
+    if not isinstance(outcome, dict) or not outcome.get("isError"):
+        return False
+    error = (outcome.get("_meta") or {}).get("error") or {}
+    return error.get("category") in FREED
 
 
 def declared(ctx: ServerRequestContext[Any, Any], meta: Mapping[str, Any] | None) -> bool:
