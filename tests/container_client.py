@@ -19,9 +19,14 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 
 async def call_tool(url: str, token: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """One tools/call on a new connection, as a client that retries after a lost answer would."""
+    """One tools/call on a new connection, as a client that retries after a lost answer would.
+
+    The tools are listed first, as a host does: the SDK's client would otherwise list them after
+    the answer, to check it against the tool's output schema, and a server that drains after the
+    call (the SIGTERM test) no longer answers that second request."""
     http_client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
     async with Client(streamable_http_client(url, http_client=http_client)) as client:
+        await client.list_tools()
         result = await client.call_tool(name, arguments)
     text = "".join(getattr(block, "text", "") for block in result.content)
     return {
