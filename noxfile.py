@@ -22,7 +22,8 @@ LINT_DEPS = nox.project.dependency_groups(PYPROJECT, "lint")
 DOCS_DEPS = nox.project.dependency_groups(PYPROJECT, "docs")
 # Material's banner about its successor, printed at every build: the choice is made in mkdocs.yml.
 DOCS_ENV = {"NO_MKDOCS_2_WARNING": "1"}
-OWN_PYTHON = ["tests", "noxfile.py"]  # template/ holds Jinja: it is checked through rendered projects
+# template/ holds Jinja: it is checked through rendered projects. docs/hooks: the site's reference pages.
+OWN_PYTHON = ["tests", "noxfile.py", "docs/hooks"]
 RUNTIME = ROOT / "runtime"
 # Beside the library and its stand-in project, which nox installs editable by path.
 RUNTIME_TEST_DEPS = nox.project.dependency_groups(nox.project.load_toml(RUNTIME / "pyproject.toml"), "test")
@@ -37,7 +38,7 @@ RUNTIME_VARIANTS = {
 @nox.session
 def lint(session: nox.Session) -> None:
     """Ruff (lint and format) and mypy --strict over the repository's own Python."""
-    session.install(*LINT_DEPS)
+    session.install(*LINT_DEPS, "-e", str(RUNTIME))  # the docs' hook imports the library
     session.run("ruff", "check", *OWN_PYTHON, *session.posargs)
     session.run("ruff", "format", "--check", *OWN_PYTHON)
     session.run("mypy")
@@ -109,7 +110,14 @@ def docs(session: nox.Session) -> None:
     site = Path(session.posargs[0]) if session.posargs else Path(session.create_tmp()) / "site"
     config = str(ROOT / "mkdocs.yml")
     session.run(
-        "mkdocs", "build", "--strict", "--config-file", config, "--site-dir", str(site.resolve()), env=DOCS_ENV
+        "mkdocs",
+        "build",
+        "--strict",
+        "--config-file",
+        config,
+        "--site-dir",
+        str(site.resolve()),
+        env=DOCS_ENV,
     )
     session.log(f"The site is in {site}; to read it: python3 -m http.server -d {site}")
 

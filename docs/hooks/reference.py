@@ -13,7 +13,6 @@ import argparse
 import ast
 import contextlib
 import importlib
-import io
 import os
 import pkgutil
 import re
@@ -68,7 +67,9 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
     def replace(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in WRITERS:
-            raise PluginError(f"{page.file.src_uri}: no reference named {name!r}; known: {', '.join(WRITERS)}")
+            raise PluginError(
+                f"{page.file.src_uri}: no reference named {name!r}; known: {', '.join(WRITERS)}"
+            )
         return WRITERS[name]()
 
     return MARKER.sub(replace, markdown)
@@ -101,12 +102,16 @@ def type_words(annotation: Any) -> str:
     if origin is list:
         return "comma-separated list"
     names = {bool: "`true` / `false`", int: "integer", float: "number", str: "text", Path: "path"}
-    return names.get(annotation, getattr(annotation, "__name__", str(annotation)).replace("SecretStr", "secret"))
+    return names.get(
+        annotation, getattr(annotation, "__name__", str(annotation)).replace("SecretStr", "secret")
+    )
 
 
 def bounds(metadata: list[Any]) -> str:
     words = {"gt": "> {}", "ge": "≥ {}", "lt": "< {}", "le": "≤ {}"}
-    found = [words[key].format(getattr(item, key)) for item in metadata for key in words if hasattr(item, key)]
+    found = [
+        words[key].format(getattr(item, key)) for item in metadata for key in words if hasattr(item, key)
+    ]
     return f" ({', '.join(found)})" if found else ""
 
 
@@ -257,7 +262,9 @@ def exit_codes_page() -> str:
             continue
         command = info.name.removeprefix(f"{commands.__name__}.").split(".")[0].replace("_", "-")
         by_command.setdefault(command, {}).update(exit_constants(importlib.import_module(info.name)))
-    sections = [exit_table("The server: `serve`, `check`, and any command that builds it", exit_constants(errors))]
+    sections = [
+        exit_table("The server: `serve`, `check`, and any command that builds it", exit_constants(errors))
+    ]
     sections += [exit_table(f"`{SLUG} {name}`", codes) for name, codes in sorted(by_command.items()) if codes]
     return "\n\n".join(sections)
 
@@ -294,7 +301,11 @@ def trailing_comments(path: Path) -> dict[str, str]:
     with path.open("rb") as source:
         for token in tokenize.tokenize(source.readline):
             name = token.line.split("=")[0].split(":")[0].strip()
-            if token.type == tokenize.COMMENT and name.startswith("EXIT_") and not token.line.lstrip().startswith("#"):
+            if (
+                token.type == tokenize.COMMENT
+                and name.startswith("EXIT_")
+                and not token.line.lstrip().startswith("#")
+            ):
                 found[name] = token.string.lstrip("# ").strip()
     return found
 
