@@ -17,6 +17,7 @@ import re
 import shutil
 import sys
 import threading
+import time
 import tomllib
 import urllib.error
 import urllib.request
@@ -27,6 +28,8 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 
 import pytest
 import yaml
+from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from .gitrepo import REPO_ROOT
 from .library_wheel import RUNTIME
@@ -36,6 +39,7 @@ MKDOCS_YML = REPO_ROOT / "mkdocs.yml"
 SETTING = "SHUTDOWN_GRACE_S"  # searched for: it must lead to the settings reference
 SETTINGS_PAGE = "reference/settings/"
 LOAD_TIMEOUT_MS = 30_000  # a loaded machine renders slowly; nothing here measures time
+SEARCH_DEADLINE_S = 60.0
 
 
 def docs_requirements() -> list[str]:
@@ -45,7 +49,9 @@ def docs_requirements() -> list[str]:
     return group
 
 
+@pytest.fixture(scope="module")
 def chromium() -> str:
+    """Debian's Chromium; asked for before the site is built, so that a skip costs nothing."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
         reason = "chromium is not installed (Debian: `apt-get install chromium`; .ci/run installs it)"
@@ -62,7 +68,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv, uv = work / "venv", uv_executable()
     run([uv, "venv", "--quiet", "--python", sys.executable, str(venv)], cwd=work)
     python = str(venv / "bin" / "python")
-    run([uv, "pip", "install", "--quiet", "--python", python, "-e", str(RUNTIME), *docs_requirements()], cwd=work)
+    packages = ["-e", str(RUNTIME), *docs_requirements()]
+    run([uv, "pip", "install", "--quiet", "--python", python, *packages], cwd=work)
     built = work / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     output = run(
@@ -94,6 +101,26 @@ def served(site: Path) -> Iterator[str]:
         server.server_close()
 
 
+def search(page: Page, words: str) -> list[str]:
+    """The addresses Material's search box lists for `words` (none within the deadline: none).
+
+    The search index loads in a web worker after the page: a query typed before it is ready
+    may go unanswered, so the words are typed again until results show."""
+    box = page.locator("input.md-search__input")  # the header's box, on a desktop-wide page
+    results = page.locator(".md-search-result__item a")
+    deadline = time.monotonic() + SEARCH_DEADLINE_S
+    while time.monotonic() < deadline:
+        box.fill("")
+        box.fill(words)
+        try:
+            results.first.wait_for(timeout=5000)
+        except PlaywrightTimeout:
+            continue
+        found: list[str] = results.evaluate_all("nodes => nodes.map(node => node.getAttribute('href'))")
+        return found
+    return []
+
+
 def status_of(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=30) as answer:
@@ -102,17 +129,16 @@ def status_of(url: str) -> int:
         return error.code
 
 
-def test_every_page_renders_links_resolve_and_search_finds_a_setting(site: Path, served: str) -> None:
-    from playwright.sync_api import sync_playwright
-
-    executable = chromium()
+def test_every_page_renders_links_resolve_and_search_finds_a_setting(
+    chromium: str, site: Path, served: str
+) -> None:
     folders = [path.parent.relative_to(site).as_posix() for path in site.rglob("index.html")]
     pages = {served + ("" if folder == "." else f"{folder}/") for folder in folders}
     problems: list[str] = []
     anchors: dict[str, set[str]] = {}
     links: set[tuple[str, str]] = set()  # (page, href)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable)
+        browser = playwright.chromium.launch(executable_path=chromium)
         page = browser.new_page()
         page.set_default_timeout(LOAD_TIMEOUT_MS)
         errors: list[str] = []
@@ -133,15 +159,13 @@ def test_every_page_renders_links_resolve_and_search_finds_a_setting(site: Path,
 
         # Material's search box: the setting's name leads to the settings reference.
         page.goto(served, wait_until="load")
-        page.locator("input.md-search__input").fill(SETTING)  # the header's box, on a desktop-wide page
-        results = page.locator(".md-search-result__item a")
-        results.first.wait_for()
-        hrefs = results.evaluate_all("nodes => nodes.map(node => node.getAttribute('href'))")
+        hrefs = search(page, SETTING)
         # A result's address is its page, `?h=` (the words to highlight) and a section's anchor.
         found = [urljoin(served, urlsplit(href).path) for href in hrefs]
         browser.close()
 
-    assert served + SETTINGS_PAGE in found, f"searching {SETTING} found {found}"
+    if served + SETTINGS_PAGE not in found:
+        problems.append(f"searching {SETTING} found {sorted(set(found))}, not the settings reference")
     for page_url, href in sorted(links):
         target, fragment = urldefrag(href)
         if target in anchors:
@@ -164,3 +188,18 @@ def test_the_readmes_link_to_pages_the_site_has(site: Path) -> None:
     missing = [path for path in paths if not (site / urldefrag(path)[0] / "index.html").is_file()]
     assert not missing, f"the generated README links to pages the site does not have: {missing}"
     assert site_url in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lowercase, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_generated_readmes_contents_name_its_sections() -> None:
+    generated = (REPO_ROOT / "template" / "README.md.jinja").read_text(encoding="utf-8")
+    sections = {github_anchor(heading) for heading in re.findall(r"^## (.+)$", generated, re.MULTILINE)}
+    contents = re.findall(r"\]\(#([^)]+)\)", generated)
+
+    assert contents, "the generated README has no contents"
+    assert sorted(set(contents) - sections) == [], "contents entries without their section"
+    assert sorted(sections - set(contents)) == [], "sections missing from the contents"
