@@ -29,7 +29,7 @@ from mkdocs.exceptions import PluginError
 SLUG, PREFIX = "<slug>", "<PREFIX>"
 MARKER = re.compile(r"^<!-- reference: ([a-z-]+) -->$", re.MULTILINE)
 STAND_IN_PACKAGE = "docs_stand_in_project"  # the owner's package the commands import, empty
-HELP_COLUMNS = "100"  # argparse wraps help text to the terminal's width: one width for the site
+HELP_COLUMNS = "80"  # argparse wraps help to the terminal's width: one that fits the code boxes
 
 # What each category means, in the words of the generated README's table. The library's list
 # of categories (and whether each is retryable) is the truth: a category missing here, or one
@@ -171,7 +171,8 @@ class CapturedParser(BaseException):
 
 @contextlib.contextmanager
 def served_stand_in() -> Iterator[None]:
-    """A project for the commands to name (`<slug>`, `<PREFIX>`), with an empty owner package."""
+    """A project for the commands to name (`<slug>`, `<PREFIX>`), with an empty owner package,
+    invoked as `<slug>` in a terminal of HELP_COLUMNS; everything put back after."""
     from resilient_mcp.authoring.settings import CoreSettings
     from resilient_mcp.project import Project, project_if_set, use_project
 
@@ -182,12 +183,19 @@ def served_stand_in() -> Iterator[None]:
     settings = types.ModuleType(f"{STAND_IN_PACKAGE}.settings")
     settings.Settings = CoreSettings  # type: ignore[attr-defined]
     modules = {module.__name__: module for module in (package, tools, settings)}
-    before = project_if_set()
+    before, argv, columns = project_if_set(), sys.argv, os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = HELP_COLUMNS
     sys.modules.update(modules)
     use_project(Project(slug=SLUG, package=STAND_IN_PACKAGE, env_prefix=PREFIX, description="Your server."))
+    sys.argv = [SLUG]  # as the command is invoked: some help names the command from it
     try:
         yield
     finally:
+        sys.argv = argv
+        if columns is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = columns
         for name in modules:
             sys.modules.pop(name, None)
         if before is not None:
@@ -227,7 +235,6 @@ def help_of(parser: argparse.ArgumentParser) -> str:
 def commands_page() -> str:
     from resilient_mcp.commands import cli
 
-    os.environ["COLUMNS"] = HELP_COLUMNS
     sections: list[str] = []
     with served_stand_in():
         top = parser_of(lambda: cli.main([]))
