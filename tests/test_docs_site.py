@@ -36,6 +36,7 @@ from .library_wheel import RUNTIME
 from .project_env import run, uv_executable
 
 MKDOCS_YML = REPO_ROOT / "mkdocs.yml"
+DOCS = REPO_ROOT / "docs"
 SETTING = "SHUTDOWN_GRACE_S"  # searched for: it must lead to the settings reference
 SETTINGS_PAGE = "reference/settings/"
 LOAD_TIMEOUT_MS = 30_000  # a loaded machine renders slowly; nothing here measures time
@@ -177,15 +178,16 @@ def test_every_page_renders_links_resolve_and_search_finds_a_setting(
     assert {urlsplit(url).path for url in anchors} >= {"/", "/" + SETTINGS_PAGE}
 
 
-def test_the_readmes_link_to_pages_the_site_has(site: Path) -> None:
-    """The generated README's site links are `{{ docs_site }}path/` (its base read from mkdocs.yml's
-    site_url); the repository's README names the same site_url."""
+def test_the_readmes_link_to_pages_the_site_has() -> None:
+    """The generated README's site links are `{{ docs_site }}path/`, its base read from mkdocs.yml's
+    site_url, and each names a page of docs/ (`path.md`: the strict build, which warns of a page
+    left out of the nav, builds each one at `path/`); the repository's README names that site_url."""
     site_url = yaml.safe_load(MKDOCS_YML.read_text(encoding="utf-8"))["site_url"]
     generated = (REPO_ROOT / "template" / "README.md.jinja").read_text(encoding="utf-8")
-    paths = re.findall(r"\{\{ docs_site \}\}([^)\s]*)", generated)
+    paths = [urldefrag(path)[0] for path in re.findall(r"\{\{ docs_site \}\}([^)\s]*)", generated)]
 
     assert paths, "the generated README links to no page of the site"
-    missing = [path for path in paths if not (site / urldefrag(path)[0] / "index.html").is_file()]
+    missing = [path for path in paths if not (DOCS / f"{path.rstrip('/') or 'index'}.md").is_file()]
     assert not missing, f"the generated README links to pages the site does not have: {missing}"
     assert site_url in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 
