@@ -105,14 +105,16 @@ def served(site: Path) -> Iterator[str]:
 def search(page: Page, words: str) -> list[str]:
     """The addresses Material's search box lists for `words` (none within the deadline: none).
 
-    The search index loads in a web worker after the page: a query typed before it is ready
-    may go unanswered, so the words are typed again until results show."""
+    The search index loads in a web worker after the page: words typed before it is ready go
+    unanswered, so until results show they are deleted and typed again, key by key as a reader
+    types them (Material does not answer a value set without key presses a second time)."""
     box = page.locator("input.md-search__input")  # the header's box, on a desktop-wide page
     results = page.locator(".md-search-result__item a")
     deadline = time.monotonic() + SEARCH_DEADLINE_S
     while time.monotonic() < deadline:
-        box.fill("")
-        box.fill(words)
+        box.press("Control+a")
+        box.press("Backspace")
+        box.press_sequentially(words)
         try:
             results.first.wait_for(timeout=5000)
         except PlaywrightTimeout:
