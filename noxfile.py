@@ -19,7 +19,11 @@ ROOT = Path(__file__).resolve().parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 TEST_DEPS = nox.project.dependency_groups(PYPROJECT, "test")
 LINT_DEPS = nox.project.dependency_groups(PYPROJECT, "lint")
-OWN_PYTHON = ["tests", "noxfile.py"]  # template/ holds Jinja: it is checked through rendered projects
+DOCS_DEPS = nox.project.dependency_groups(PYPROJECT, "docs")
+# Material's banner about its successor, printed at every build: the choice is made in mkdocs.yml.
+DOCS_ENV = {"NO_MKDOCS_2_WARNING": "1"}
+# template/ holds Jinja: it is checked through rendered projects. docs/hooks: the site's reference pages.
+OWN_PYTHON = ["tests", "noxfile.py", "docs/hooks"]
 RUNTIME = ROOT / "runtime"
 # Beside the library and its stand-in project, which nox installs editable by path.
 RUNTIME_TEST_DEPS = nox.project.dependency_groups(nox.project.load_toml(RUNTIME / "pyproject.toml"), "test")
@@ -34,7 +38,7 @@ RUNTIME_VARIANTS = {
 @nox.session
 def lint(session: nox.Session) -> None:
     """Ruff (lint and format) and mypy --strict over the repository's own Python."""
-    session.install(*LINT_DEPS)
+    session.install(*LINT_DEPS, "-e", str(RUNTIME))  # the docs' hook imports the library
     session.run("ruff", "check", *OWN_PYTHON, *session.posargs)
     session.run("ruff", "format", "--check", *OWN_PYTHON)
     session.run("mypy")
@@ -94,6 +98,28 @@ def generated(session: nox.Session) -> None:
     """The slow tests: rendered projects' mypy --strict, own tests and own `nox` sessions."""
     session.install(*TEST_DEPS)
     session.run("pytest", "-m", "generated", *WORKERS, "--durations=15", *session.posargs)
+
+
+@nox.session(default=False)
+def docs(session: nox.Session) -> None:
+    """The documentation site (mkdocs.yml, docs/) built --strict, into a temporary folder or `-- DIR`.
+
+    Its reference pages are read from the runtime library, installed here from runtime/; `nox`
+    builds it too, and browses it, in tests/test_docs_site.py."""
+    session.install("-e", str(RUNTIME), *DOCS_DEPS)
+    site = Path(session.posargs[0]) if session.posargs else Path(session.create_tmp()) / "site"
+    config = str(ROOT / "mkdocs.yml")
+    session.run(
+        "mkdocs",
+        "build",
+        "--strict",
+        "--config-file",
+        config,
+        "--site-dir",
+        str(site.resolve()),
+        env=DOCS_ENV,
+    )
+    session.log(f"The site is in {site}; to read it: python3 -m http.server -d {site}")
 
 
 @nox.session
