@@ -19,12 +19,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jinja2
 import pytest
 from packaging.version import Version
 
 from .answers import DEFAULT_ANSWERS, answers
 from .gitrepo import commit_all, git, init_and_commit
-from .releases import changelog_entries, released_versions
+from .releases import CHANGELOG, changelog_entries, released_versions
 from .rendering import render, update
 
 NEXT = "v9.9.9"
@@ -253,3 +254,10 @@ def test_the_first_update_shows_every_upgrading_note_whichever_session_runs_it(
     assert missing == [], output[-6000:]
     assert f"[{OLDEST_SESSION.version}]\n" not in output, "the notes of the version it was made from"
     assert "run\n`nox -s update` (again, if it ran this update)" in output, "the core it vendored"
+
+
+def test_the_changelog_reads_the_same_through_jinja() -> None:
+    """copier's message after an update includes CHANGELOG.md as a Jinja template: text Jinja
+    would read as its own (`{{`, `{%`, `{#`) would break every owner's update."""
+    text = CHANGELOG.read_text(encoding="utf-8")
+    assert jinja2.Environment(keep_trailing_newline=True).from_string(text).render() == text
