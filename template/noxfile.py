@@ -155,7 +155,8 @@ def update(session: nox.Session) -> None:
         before = answers(committed=True)
     except RuntimeError:
         session.error("commit the project first (git add -A && git commit): copier updates what git tracks")
-    if answers().get("_commit") != before.get("_commit"):
+    runs_copier = answers().get("_commit") == before.get("_commit")
+    if not runs_copier:
         session.log("copier update has already run here (not committed yet): checking its result")
     else:
         source = TemplateSource(before.get("_src_path", ""))
@@ -174,6 +175,8 @@ def update(session: nox.Session) -> None:
             session.log(f"Already at template {old}: nothing to update.")
             return
         session.log(f"Still at template {old} (no Upgrading notes): the answers you changed are applied.")
+    elif runs_copier and copier_places(old) and not QUIET.intersection(session.posargs):
+        session.log(f"Template {old} to {new}: the Upgrading notes are above, where copier printed them.")
     else:
         source = TemplateSource(after.get("_src_path", ""))
         notes = upgrading_notes(Path("TEMPLATE_CHANGELOG.md"), source.version_of(old), source.version_of(new))
@@ -201,6 +204,22 @@ def update(session: nox.Session) -> None:
         else:
             session.warn("uv is not on the PATH: run `uv lock` before you commit, or CI finds uv.lock stale")
     session.log("Updated cleanly: review `git diff`, run `nox`, then commit.")
+
+
+# copier's options that keep its messages (the Upgrading notes among them) from printing.
+QUIET = {"--quiet", "-q"}
+
+
+def copier_places(commit: str) -> bool:
+    """Whether the message copier prints after an update finds the notes since `commit`.
+
+    It reads a tag or `git describe` past one, or a commit TEMPLATE_CHANGELOG.md names; a
+    commit placed by git ancestry alone (a template whose tags did not travel) is this file's to read.
+    """
+    if template_version(commit)[0]:
+        return True
+    released = TemplateSource("").releases().values()
+    return any(commit.startswith(sha) or sha.startswith(commit) for sha in released if commit)
 
 
 def removed_with_your_changes(session: nox.Session, before: dict[str, str]) -> list[str]:

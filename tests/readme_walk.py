@@ -83,15 +83,6 @@ def committed_first(command: str) -> str:
     return f'git add -A && git commit -qm "Before the update" --allow-empty && {command}'
 
 
-def contract_first_time(command: str) -> str:
-    # A new project has no contract.json: the check fails saying to accept, as the README says.
-    return (
-        f'if out=$({command} 2>&1); then echo "$out"; echo "no contract.json, yet it passed"; exit 1; fi;'
-        ' case "$out" in *"contract --accept"*) ;; *) echo "$out"; exit 1;; esac;'
-        f' "$WALK_SLUG" contract --accept && {command}'
-    )
-
-
 def from_this_template(command: str) -> str:
     # The checkout is the test's template repository; the answers are the walk's, not asked.
     copy = command.replace("/path/to/this/checkout", '"$WALK_TEMPLATE"')
@@ -122,7 +113,7 @@ def rules(slug: str, prefix: str) -> list[tuple[str, Action]]:
         (r"git init && git add -A && git commit -qm \"New project\"", run_as_written),
         (r"nox -s db && source \.nox/postgres/env\.sh", database_stopped_at_the_end),
         # Running it
-        (rf"{s} (check|--version|budget|keys list --in-doubt)", run_as_written),
+        (rf"{s} (check|contract|--version|budget|keys list --in-doubt)", run_as_written),
         (rf"{s}", stdio_probe),
         (rf"{s} serve --transport http --port 8000", http_probe("http://127.0.0.1:8000/livez")),
         (rf"{s} diagnose", run_as_written),
@@ -144,7 +135,7 @@ def rules(slug: str, prefix: str) -> list[tuple[str, Action]]:
         (r"nox -s (fmt|lock|diagnose|budget)", run_as_written),
         (r"uv lock --upgrade-package resilient-mcp && uv sync && nox", run_as_written),
         (r"nox -s tests -- -k \w+", run_as_written),
-        (r"nox -s contract", contract_first_time),
+        (r"nox -s contract", run_as_written),
         (r"pre-commit install", run_as_written),
         # Updating
         (r"nox -s update", committed_first),

@@ -1,5 +1,6 @@
 """README.md's questions table says what copier.yml asks, so the two cannot drift apart; the first
-commands after `copier copy` (README.md and the message copier prints) commit the project first."""
+commands after `copier copy` (README.md and the message copier prints) commit the project first
+(the message's with its contract.json, which CI checks)."""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ def test_the_message_after_copy_commits_first_and_lines_up_its_comments(
     commands = [line for line in message.splitlines() if line.startswith("  ")]
     assert commands[0].strip().startswith("cd ")
     assert commands[1].strip().startswith("uv sync")
-    assert commands[2].strip().startswith("git init && git add -A && git commit")
+    assert commands[2].split("#")[0].split()[1:] == ["contract"], "contract.json goes in the first commit"
+    assert commands[3].strip().startswith("git init && git add -A && git commit")
     assert "Without uv: python -m venv .venv" in message, "the pip line, for those without uv"
     columns = {line.index("# ") for line in commands[1:]}
     assert len(columns) == 1, message

@@ -10,12 +10,14 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import copier
 import pytest
 import yaml
 
+from . import readme_walk
 from .answers import MATRIX, answers
 from .gitrepo import BASE_TAG, REPO_ROOT, TemplateRepo
-from .project_env import SUITE_TIMEOUT_S, ProjectEnv, project_nox, quick_start_environ, run
+from .project_env import SUITE_TIMEOUT_S, ProjectEnv, quick_start_environ, run
 from .rendering import (
     TEMPLATE_OWNED_HEADER,
     is_owner_owned,
@@ -26,8 +28,9 @@ from .rendering import (
 )
 
 ENTRIES = list(MATRIX)
-# Entries whose project also runs its own `nox` (its default sessions). The sqlite one is the
-# default answers' project updated from a release, with an owner's edits (test_update.py).
+# Entries whose project, made as its owner makes it, also runs its own CI steps (its nox sessions).
+# The sqlite one is the default answers' project updated from a release, with an owner's edits
+# (test_update.py).
 OWN_NOX_ENTRIES = ["proprietary-postgres"]
 # The default answers' checks run there, so that each runs once per answer set.
 RUN_ON_UPDATE = "defaults"
@@ -233,14 +236,90 @@ def test_mypy_strict_and_project_own_tests_pass(project_env: Callable[[str], Pro
     )
 
 
-@pytest.mark.generated(minutes=3)
+# The actions a workflow sets the machine up with: this test's machine is set up already.
+SETUP_ACTIONS = ("actions/checkout@", "actions/setup-python@")
+# How GitHub runs a `run:` step (its default shell on Linux).
+STEP_SHELL = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c"]
+# CI's install of the tools its steps run: this test runs with the same (beside its interpreter).
+TOOLS_INSTALL = re.compile(r"python -m pip install( (nox|uv))+")
+
+
+@pytest.mark.generated(minutes=4)
 @pytest.mark.parametrize("entry", OWN_NOX_ENTRIES)
-def test_project_own_nox_sessions_pass(rendered_project: RenderedProject, open_tmp: Path, entry: str) -> None:
-    """`nox` as its owner runs it: the default sessions (lint, typecheck, the owner's tests and the
-    smoke suite), whatever the project names them."""
+def test_a_new_project_passes_its_own_ci_on_its_first_push(
+    template_repo: TemplateRepo, open_tmp: Path, capsys: pytest.CaptureFixture[str], entry: str
+) -> None:
+    """`copier copy`, the commands copier then prints up to the first commit, as its owner runs
+    them; then a checkout of that commit, and every `run:` step of its .github/workflows/ci.yml as
+    written, on the project's Python. A job's service is what the other generated tests use: the
+    project's tests start a throwaway PostgreSQL of their own."""
+    chosen = answers(**MATRIX[entry])
+    project, checkout = open_tmp / f"first-push-{entry}", open_tmp / f"first-push-{entry}-ci"
+    copier.run_copy(
+        str(template_repo.path), project, data=chosen, defaults=True, vcs_ref=BASE_TAG, unsafe=False
+    )
+    env = first_push_environ()
+
+    run(["bash", "-euo", "pipefail", "-c", owner_first_steps(capsys.readouterr().err)], project, env=env)
+    run(["git", "clone", "--quiet", str(project), str(checkout)], open_tmp, env=env)
+    steps = ci_steps(checkout / ".github" / "workflows" / "ci.yml", chosen["python_version"])
+    outputs = {
+        step: run([*STEP_SHELL, step], checkout, env={**env, **job_env}, timeout=SUITE_TIMEOUT_S)
+        for step, job_env in steps
+    }
+
+    assert {"uv.lock", "contract.json"} <= set(run(["git", "ls-files"], project).split()), "first commit"
+    gate = [output for step, output in outputs.items() if step.endswith("-s contract")]
+    assert gate, f"CI runs no contract gate: {list(outputs)}"
+    assert "OK: contract.json holds for" in gate[0], "checked against the committed contract.json"
+
+
+def owner_first_steps(message: str) -> str:
+    """The commands of copier's message after copy, up to the first commit, as one shell script."""
+    commands = [
+        readme_walk.strip_comment(line).strip() for line in message.splitlines() if line.startswith("  ")
+    ]
+    last = next(i for i, command in enumerate(commands) if command.startswith("git init"))
+    return "\n".join(commands[: last + 1])
+
+
+def first_push_environ() -> dict[str, str]:
+    """This environment, its tools (nox, uv, this Python) first on PATH, and no virtual environment."""
     env = quick_start_environ()
-    envdir = open_tmp / f"nox-{entry}"
-    run(project_nox(envdir), rendered_project(entry), env=env, timeout=SUITE_TIMEOUT_S)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    for variable in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "CONDA_PREFIX"):
+        env.pop(variable, None)
+    env["PYTEST_ADDOPTS"] = " ".join(HANG_REPORT)
+    return env
+
+
+def ci_steps(workflow: Path, python_version: str) -> list[tuple[str, dict[str, str]]]:
+    """Each job's `run:` steps, with the job's environment, for `python_version`."""
+    steps = []
+    for name, job in yaml.safe_load(workflow.read_text(encoding="utf-8"))["jobs"].items():
+        versions = job.get("strategy", {}).get("matrix", {}).get("python-version", [python_version])
+        assert python_version in versions, f"job {name} runs no Python {python_version}"
+        services = job.get("services", {})
+        assert set(services) <= {"postgres"}, f"job {name}: a service this test does not stand in for"
+        # The service's address: the project's tests start their own server instead.
+        ports = [port.split(":")[0] for service in services.values() for port in service.get("ports", [])]
+        job_env = {
+            key: str(value)
+            for key, value in job.get("env", {}).items()
+            if not any(f"localhost:{port}" in str(value) for port in ports)
+        }
+        for step in job["steps"]:
+            if "uses" in step:
+                assert step["uses"].startswith(SETUP_ACTIONS), f"job {name}: set up by {step['uses']}?"
+                continue
+            command = step["run"].strip()
+            assert "${{" not in command, f"job {name}: {command} needs GitHub's expressions"
+            if TOOLS_INSTALL.fullmatch(command):
+                tools = Path(sys.executable).parent
+                assert [tool for tool in ("nox", "uv") if not (tools / tool).exists()] == [], command
+                continue
+            steps.append((command, job_env))
+    return steps
 
 
 def assert_package_name_refuses_every_installed_name(env: ProjectEnv, entry: str) -> None:

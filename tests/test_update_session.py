@@ -7,7 +7,8 @@ did not travel, releases are found by the commits its CHANGELOG.md names; an upd
 made by hand (as owners of 0.1.0 projects do) is checked and its notes shown; and a project
 that is up to date is told so, with no notes. Updating a project that vendored the core
 (releases before 0.4.0) removes the core files its owner left alone and names, with the change,
-each one the owner changed: copier alone removes both kinds alike.
+each one the owner changed: copier alone removes both kinds alike. The Upgrading notes show on
+the first run whichever version's session runs copier: copier prints them after the update.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jinja2
 import pytest
+from packaging.version import Version
 
 from .answers import DEFAULT_ANSWERS, answers
 from .gitrepo import commit_all, git, init_and_commit
-from .releases import released_versions
+from .releases import CHANGELOG, changelog_entries, released_versions
 from .rendering import render, update
 
 NEXT = "v9.9.9"
@@ -215,3 +218,46 @@ def test_nox_update_names_a_vendored_core_file_the_owner_changed_with_the_change
     assert f"with your change in it: {UNTOUCHED_CORE}" not in output
     assert_nothing_to_merge(project)
     assert git(project, "show", f"HEAD:{EDITED_CORE}").count(CORE_EDIT[1]) == 1, "the change is in git"
+
+
+OLDEST_SESSION = next(release for release in released_versions() if release.version == "0.2.0")
+
+
+def first_upgrading_line(version: str) -> str:
+    """The first line of a release's Upgrading notes in CHANGELOG.md."""
+    body = changelog_entries()[version]
+    return body.split("\n### Upgrading\n", 1)[1].strip().splitlines()[0]
+
+
+@pytest.mark.generated
+def test_the_first_update_shows_every_upgrading_note_whichever_session_runs_it(
+    template: Path, tmp_path: Path
+) -> None:
+    """0.2.0's own session runs the update, to a commit (the tags did not travel): it reads the
+    changelog as 0.2.0 knew it and finds no release there; copier's message after the update
+    (the new version's) prints the notes of every release in between, on this first run."""
+    made_from = git(template, "rev-parse", f"{OLDEST_SESSION.tag}^{{commit}}").strip()
+    head = git(template, "rev-parse", "HEAD").strip()
+    for tag in git(template, "tag", "--list").split():
+        git(template, "tag", "--delete", tag)
+    project = render(template, tmp_path / "project", answers(), made_from)
+    init_and_commit(project, f"Project from template {OLDEST_SESSION.tag}")
+
+    returncode, output = nox_update(project, "--defaults", "--vcs-ref", head)
+
+    assert returncode == 0, output
+    oldest = Version(OLDEST_SESSION.version)
+    later = [release.version for release in released_versions() if Version(release.version) > oldest]
+    assert later, "releases after 0.2.0"
+    assert "What to do by hand, from TEMPLATE_CHANGELOG.md (template " in output
+    missing = [version for version in later if f"[{version}]\n{first_upgrading_line(version)}" not in output]
+    assert missing == [], output[-6000:]
+    assert f"[{OLDEST_SESSION.version}]\n" not in output, "the notes of the version it was made from"
+    assert "run\n`nox -s update` (again, if it ran this update)" in output, "the core it vendored"
+
+
+def test_the_changelog_reads_the_same_through_jinja() -> None:
+    """copier's message after an update includes CHANGELOG.md as a Jinja template: text Jinja
+    would read as its own (`{{`, `{%`, `{#`) would break every owner's update."""
+    text = CHANGELOG.read_text(encoding="utf-8")
+    assert jinja2.Environment(keep_trailing_newline=True).from_string(text).render() == text

@@ -397,18 +397,66 @@ def test_the_plain_command_records_compatible_changes(
     )
 
 
-def test_without_a_contract_the_check_fails_saying_how_to_create_one(
+COUNTS = "3 tools, 0 resources, 0 resourceTemplates, 0 prompts"  # WEATHER's, with health_check
+
+
+def test_without_a_contract_the_check_records_the_first_lints_and_passes_saying_to_commit_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new project's first CI run: no contract.json yet is not a failure."""
+    path = tmp_path / "contract.json"
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    weather = owner(tmp_path, monkeypatch, "m", m=WEATHER)
+
+    code, out = run_command("--check", "--file", str(path), owner_code=weather, capsys=capsys)
+
+    assert code == 0, out
+    assert out.splitlines()[0] == (
+        f"NEW no contract.json to check against yet: wrote {path} from the server as it is now; "
+        "commit it (`git add contract.json && git commit`), so that a change that breaks clients fails here"
+    )
+    assert out.splitlines()[-1] == (
+        f"OK: contract.json is new (commit it): {COUNTS} linted, no change checked"
+    )
+    assert "::warning" not in out
+    assert path.read_text() == serialise(build_surface(weather)), "the same bytes `contract` writes"
+    code, out = run_command("--check", "--file", str(path), owner_code=weather, capsys=capsys)
+    assert (code, out.splitlines()[-1]) == (0, f"OK: contract.json holds for {COUNTS}")
+
+
+def test_without_a_contract_the_check_still_lints_and_on_github_warns_on_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "contract.json"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    undescribed = owner(tmp_path, monkeypatch, "m", m=tool_with(""))
+
+    code, out = run_command("--check", "--file", str(path), owner_code=undescribed, capsys=capsys)
+
+    assert code == 1, out
+    assert out.splitlines()[0].startswith("NEW no contract.json to check against yet")
+    assert "LINT tool 'forecast': no description" in out
+    assert "FAILED: 1 lint problem(s)" in out
+    assert (
+        f"::warning title=No contract.json committed::run `{SLUG} contract` and commit contract.json: "
+        "until then this check compares nothing, and a change that breaks clients passes"
+    ) in out.splitlines()
+
+
+def test_without_a_contract_where_none_can_be_written_the_check_says_how_to_make_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "no-such-folder" / "contract.json"
+
     code, out = run_command(
         "--check", "--file", str(path), owner_code=owner(tmp_path, monkeypatch, "m", m=WEATHER), capsys=capsys
     )
-    assert code == 1
-    assert (
-        out.splitlines()[0] == f"MISSING {path} does not exist: run `{SLUG} contract --accept` and commit it"
+
+    assert code == 0, out
+    assert out.splitlines()[0] == (
+        f"NEW no contract.json to check against, and {path} could not be written "
+        f"(No such file or directory): run `{SLUG} contract` and commit contract.json"
     )
-    assert not path.exists(), "--check writes nothing"
 
 
 def test_an_unreadable_contract_is_a_usage_error(

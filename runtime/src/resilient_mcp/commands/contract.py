@@ -7,12 +7,14 @@ annotations, descriptions), with each tool's `side_effect`, `scopes` and `task_s
 project root: sorted, the same bytes on every run, owned and committed by the project. It
 does not write over a change that breaks clients unless given `--accept`.
 
-`--check` (`nox -s contract`, CI) writes nothing. It fails on a change that breaks clients
-(a tool, resource or prompt removed or renamed, a new required argument, a narrowed type,
-a tightened bound, a lost read-only or idempotent hint, a changed `side_effect`, a new
-scope, a tool that runs only as a task now) until the change is accepted, and on the
-description lint; compatible changes (a new tool, a new optional argument, a new
-description) are reported and pass.
+`--check` (`nox -s contract`, CI) writes nothing over a recorded contract. It fails on a
+change that breaks clients (a tool, resource or prompt removed or renamed, a new required
+argument, a narrowed type, a tightened bound, a lost read-only or idempotent hint, a changed
+`side_effect`, a new scope, a tool that runs only as a task now) until the change is accepted,
+and on the description lint; compatible changes (a new tool, a new optional argument, a new
+description) are reported and pass. Where no contract.json exists yet (a new project, whose
+CI runs before its owner made one), it writes the first one, lints, and passes saying to
+commit it (on GitHub Actions also as a warning on the run): a first push is not a broken build.
 
 The lint is deterministic: a tool, parameter, resource or prompt without a description,
 a description too long, hidden characters, and a fixed list of phrases that tell the
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -552,16 +555,10 @@ def gate(
     problems = lint(live)
     lines = [f"LINT {problem}" for problem in problems]
     accept_hint = f"`{this_project().slug} contract --accept`, commit {path.name}, and tell your clients"
-    if recorded is None:
-        if check:
-            lines.insert(
-                0,
-                f"MISSING {path} does not exist: run `{this_project().slug} contract --accept` and commit it",
-            )
-            return EXIT_FAILED, [*lines, "FAILED: no contract to check against"]
-        changes = Changes()
-    else:
-        changes = compare(recorded, live)
+    first = recorded is None and check
+    if first:
+        lines.insert(0, record_first(live, path))
+    changes = Changes() if recorded is None else compare(recorded, live)
     lines = [
         *(f"BREAKING {change}; or accept the break: {accept_hint}" for change in changes.breaking),
         *(f"CHANGED {change} (compatible)" for change in changes.compatible),
@@ -580,11 +577,42 @@ def gate(
         failures.insert(0, f"{len(changes.breaking)} change(s) break clients")
     if failures:
         return EXIT_FAILED, [*lines, "FAILED: " + "; ".join(failures)]
+    if first:
+        new = f"OK: {path.name} is new (commit it): {_counts(live)} linted, no change checked"
+        return EXIT_OK, [*lines, new]
     recorded_note = (
         f"; {len(changes.compatible)} compatible change(s) not recorded: run `{this_project().slug} contract`"
     )
     note = recorded_note if check and changes.compatible else ""
     return EXIT_OK, [*lines, f"OK: {path.name} holds for {_counts(live)}{note}"]
+
+
+# The first line of a check that found no contract: it recorded one (or says why it could not).
+FIRST_RECORD: Final = "NEW"
+
+
+def record_first(live: Mapping[str, Any], path: Path) -> str:
+    """A check with no contract yet (a new project): record this surface as the first one."""
+    name, slug = path.name, this_project().slug
+    try:
+        path.write_text(serialise(live), encoding="utf-8")
+    except OSError as exc:
+        return (
+            f"{FIRST_RECORD} no {name} to check against, and {path} could not be written "
+            f"({exc.strerror or exc}): run `{slug} contract` and commit {name}"
+        )
+    return (
+        f"{FIRST_RECORD} no {name} to check against yet: wrote {path} from the server as it is now; "
+        f"commit it (`git add {name} && git commit`), so that a change that breaks clients fails here"
+    )
+
+
+def github_warning() -> str:
+    """The line GitHub Actions shows as a warning on the run's page, not only in its log."""
+    return (
+        f"::warning title=No {CONTRACT_FILE} committed::run `{this_project().slug} contract` and commit "
+        f"{CONTRACT_FILE}: until then this check compares nothing, and a change that breaks clients passes"
+    )
 
 
 def _counts(surface: Mapping[str, Any]) -> str:
@@ -601,7 +629,9 @@ def main(argv: Sequence[str] | None, owner: OwnerCode) -> int:
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
-        "--check", action="store_true", help="write nothing; fail on a breaking change or lint (CI)"
+        "--check",
+        action="store_true",
+        help="fail on a breaking change or lint, writing nothing (CI); with no contract yet, write the first",
     )
     mode.add_argument(
         "--accept", action="store_true", help="write the contract even over changes that break clients"
@@ -627,5 +657,7 @@ def main(argv: Sequence[str] | None, owner: OwnerCode) -> int:
     except ValueError as exc:
         sys.stderr.write(f"contract: {exc}\n")
         return EXIT_USAGE
+    if lines[0].startswith(f"{FIRST_RECORD} ") and os.environ.get("GITHUB_ACTIONS") == "true":
+        lines.append(github_warning())
     sys.stdout.write("".join(f"{line}\n" for line in lines))
     return code
