@@ -7,7 +7,6 @@ the environment on every start: `difflib` runs only when something is unknown.
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -81,6 +80,8 @@ def _dotenv_names(settings_class: type[BaseSettings]) -> Iterable[str]:
 
 
 def _unknown_error(unknown: list[tuple[str, str]], known: list[str], prefix: str) -> FatalError:
+    import difflib  # only when something is unknown: not on every start
+
     several = len(unknown) > 1
     hints: list[str] = []
     unlike: list[str] = []
