@@ -492,7 +492,6 @@ def lint_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **modules: str) -> 
 @pytest.mark.parametrize(
     ("doc", "parameter", "expected"),
     [
-        pytest.param("", "The city", "tool 'forecast': no description", id="no-description"),
         pytest.param(
             "Weather.", "", "parameter 'city' has no description", id="parameter-without-description"
         ),

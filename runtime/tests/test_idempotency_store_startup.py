@@ -155,6 +155,7 @@ async def test_unreachable_database_is_fatal_and_names_the_setting() -> None:
 
     assert "127.0.0.1:1/orders is unreachable" in error.problem
     assert f"{ENV_PREFIX}DATABASE_URL" in error.fix
+    assert "`nox -s db` starts one" in error.fix  # the generated project's local PostgreSQL
     assert "s3cret" not in str(error), "the password never reaches the message"
 
 
@@ -162,6 +163,7 @@ async def test_missing_database_url_is_fatal_and_names_the_setting() -> None:
     error = await open_fails(PostgresStore(None))
 
     assert error.problem == f"{ENV_PREFIX}DATABASE_URL is not set"
+    assert "`nox -s db` starts one" in error.fix
 
 
 async def test_a_sql_ascii_database_replays_a_retry(postgres_dsn: str) -> None:

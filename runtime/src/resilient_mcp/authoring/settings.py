@@ -195,7 +195,9 @@ class CoreSettings(BaseSettings):
 def no_database_url() -> FatalError:
     return FatalError(
         f"{this_project().env_prefix}DATABASE_URL is not set",
-        f"set {this_project().env_prefix}DATABASE_URL to a PostgreSQL DSN, e.g. postgresql://user@host/dbname",
+        f"set {this_project().env_prefix}DATABASE_URL to a PostgreSQL DSN, e.g. "
+        "postgresql://user@host/dbname (for local development, `nox -s db` starts one and prints "
+        "the URL to export)",
     )
 
 

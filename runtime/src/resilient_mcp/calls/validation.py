@@ -211,8 +211,9 @@ def _describe(error: ErrorDetails) -> str:
     if error["type"] == "missing":
         return f"{path!r} is required but missing"
     value = error["input"]
-    shown = clip(repr(value), _SHOWN_CHARS)
-    text = f"{path!r}: {error['msg'].rstrip('.')}, got {_json_type(value)} {shown}"
+    # null is its own value: "got null", not "got null None".
+    shown = "" if value is None else " " + clip(repr(value), _SHOWN_CHARS)
+    text = f"{path!r}: {error['msg'].rstrip('.')}, got {_json_type(value)}{shown}"
     if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
         text += " (send the value itself, not a string holding JSON)"
     return text

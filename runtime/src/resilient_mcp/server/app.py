@@ -24,6 +24,7 @@ from resilient_mcp.server.discovery import discover_primitives, discover_resourc
 from resilient_mcp.server.health_tool import make_health_tool
 from resilient_mcp.server.otel import sdk_spans_wanted
 from resilient_mcp.server.resilient_server import ResilientServer
+from resilient_mcp.server.signatures import check_signatures
 from resilient_mcp.server.startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
 from resilient_mcp.server.tool_filter import declared_tools
 from resilient_mcp.store import StoreHandle, create_store
@@ -106,6 +107,7 @@ def create_server(
     health = make_health_tool(stats, version, checks, keys_in_doubt, task_counts)
     specs = discover_tools(tools_package)
     primitives = discover_primitives(tools_package)
+    check_signatures(specs, primitives.prompts)
     if any(spec.name == health.name for spec in specs):
         raise FatalError(f"a tool in tools/ is named {health.name!r}, which the core reserves", "rename it")
     server = ResilientServer(

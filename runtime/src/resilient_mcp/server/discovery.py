@@ -125,9 +125,23 @@ def _import(module_name: str) -> ModuleType:
     except FatalError:
         raise  # the module's own verdict (a missing secret, say) says what to fix
     except Exception as exc:
-        where = traceback.extract_tb(exc.__traceback__)[-1]
         raise FatalError(
-            f"cannot import tools module {module_name}: {type(exc).__name__}: {exc} "
-            f"(at {where.filename}:{where.lineno})",
+            f"cannot import tools module {module_name}: {type(exc).__name__}: {_reason(exc)} "
+            f"(at {_where(exc)})",
             "fix the module or move it out of the tools/ package",
         ) from None
+
+
+def _reason(exc: Exception) -> str:
+    # A SyntaxError's text repeats its file and line, given once by `_where`.
+    return str(exc.msg) if isinstance(exc, SyntaxError) else str(exc)
+
+
+def _where(exc: Exception) -> str:
+    """The owner's file and line: a SyntaxError's own, else the deepest frame that is not the
+    import machinery's (`<frozen importlib._bootstrap>`)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    frame = ([frame for frame in frames if not frame.filename.startswith("<")] or frames)[-1]
+    return f"{frame.filename}:{frame.lineno}"

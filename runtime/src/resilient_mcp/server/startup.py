@@ -12,6 +12,7 @@ from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 
 from resilient_mcp.authoring.errors import EXIT_FATAL_AT_STARTUP, FatalError
+from resilient_mcp.authoring.setting_names import check_setting_names
 from resilient_mcp.authoring.settings import CoreSettings, data_dir_fix, no_database_url
 from resilient_mcp.project import this_project
 from resilient_mcp.telemetry.redaction import is_secret_name
@@ -22,8 +23,10 @@ SettingsT = TypeVar("SettingsT", bound=CoreSettings)
 
 
 def load_settings(settings_class: type[SettingsT]) -> SettingsT:
-    """Read the owner's settings class (handed in by the entry point), a validation error as one
-    FatalError line."""
+    """Read the owner's settings class (handed in by the entry point), a validation error or an
+    unknown `<PREFIX>` variable as one FatalError line."""
+    # First: a misspelt name may be why a required setting is missing.
+    check_setting_names(settings_class)
     try:
         return settings_class()
     except ValidationError as exc:

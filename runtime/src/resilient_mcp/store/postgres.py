@@ -157,7 +157,8 @@ class PostgresStore(SQLStore):
         reason = clip(" ".join(str(exc).split()), 300, mark="") or type(exc).__name__
         return FatalError(
             f"the PostgreSQL database {describe_dsn(self._require_dsn())} is unreachable ({reason})",
-            f"check {this_project().env_prefix}DATABASE_URL and that the database accepts connections",
+            f"check {this_project().env_prefix}DATABASE_URL and that the database accepts connections "
+            "(for local development, `nox -s db` starts one and prints the URL to export)",
         )
 
     async def _connect(self) -> None:
