@@ -82,6 +82,8 @@ def test_version_is_the_one_in_pyproject(subprocess_env: dict[str, str]) -> None
         ["client-config", "vscode"],
         ["client-config", "generic", "--install", "--dry-run", "--file", "never-written.json"],
         ["diagnose", "--help"],
+        ["list", "--help"],
+        ["call", "--help"],
     ],
     ids=lambda args: " ".join(args),
 )

@@ -1,8 +1,8 @@
 """The `<slug>` command: serve (stdio or HTTP) and check; other commands are delegated.
 
-Only `serve`, `check`, `budget`, `keys`, `tasks` and `contract` load the SDK: `--help`, `--version`,
-`client-config`, `diagnose` and `dev` answer without it (`dev`'s children load it), and
-still work when it is broken.
+Only `serve`, `check`, `budget`, `keys`, `tasks`, `contract`, `list` and `call` load the SDK:
+`--help`, `--version`, `client-config`, `diagnose` and `dev` answer without it (`dev`'s children
+load it), and still work when it is broken.
 """
 
 from __future__ import annotations
@@ -35,6 +35,11 @@ DELEGATED = {
     "contract": (
         "resilient_mcp.commands.contract",
         "record the tools, resources and prompts in contract.json; --check",
+    ),
+    "list": ("resilient_mcp.commands.list_tools", "list this server's tools as a model sees them"),
+    "call": (
+        "resilient_mcp.commands.call_tool",
+        "call one tool and print what the model receives; --arg NAME=VALUE",
     ),
     "client-config": (
         "resilient_mcp.commands.client_config",
