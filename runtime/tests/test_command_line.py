@@ -21,6 +21,7 @@ import yaml
 
 from resilient_mcp.commands.client_config import CLIENTS
 from resilient_mcp.commands.diagnose import EXIT_NO_HANDSHAKE, MODERN, with_envelope
+from resilient_mcp.commands.inspector_pin import INSPECTOR
 from sample_server.project import ENV_PREFIX, PACKAGE, SLUG
 
 SAMPLE_PROJECT = Path(__file__).resolve().parent / "sample_project"  # the served project's own root
@@ -260,7 +261,7 @@ def test_started_in_a_terminal_it_says_how_to_try_it_and_keeps_serving(
         read_until(server.stderr.fileno(), WAITING.encode(), stderr)
         assert WAITING in stderr.decode(), stderr.decode()
         assert f"{SLUG} diagnose" in stderr.decode()
-        assert f"npx @modelcontextprotocol/inspector {SLUG}" in stderr.decode()
+        assert f"npx {INSPECTOR} {SLUG}" in stderr.decode()  # the pinned one, as `dev` runs it
 
         # Still an MCP server: a request typed into the terminal is answered on stdout.
         request = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": with_envelope(MODERN)}

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from resilient_mcp.commands.inspector_pin import INSPECTOR
 from resilient_mcp.project import Project, this_project, use_project
 
 if TYPE_CHECKING:
@@ -163,8 +164,9 @@ def terminal_hint() -> str:
         "not for typed commands.\n"
         f"  Try it:  {slug} diagnose   (starts it, handshakes, prints one JSON report)\n"
         f"           {slug} dev --http   (the MCP Inspector on it, restarted on each edit)\n"
-        f"           npx @modelcontextprotocol/inspector {slug}   (the MCP Inspector, in a browser)\n"
-        f"  Use it:  {slug} client-config claude-desktop --install   (or claude-code, cursor, vscode)\n"
+        f"           {slug} list   (its tools as a model sees them; `{slug} call TOOL --arg NAME=VALUE`)\n"
+        f"           npx {INSPECTOR} {slug}   (the MCP Inspector, in a browser)\n"
+        f"  Use it:  {slug} client-config claude-desktop --install   (or claude-code, cursor, codex, ...)\n"
         "  Stop it: Ctrl+D (end of input) or Ctrl+C\n"
     )
 
