@@ -22,6 +22,7 @@ import pytest
 
 from .gitrepo import REPO_ROOT
 from .project_env import ProjectEnv
+from .test_readme_examples import python_blocks
 
 PIN_MODULE = REPO_ROOT / "runtime" / "src" / "resilient_mcp" / "commands" / "inspector_pin.py"
 SLUG = "example-tools"
@@ -183,5 +184,20 @@ def test_inspector_sends_the_bearer_token_as_the_readme_shows(
             check=False,
         )
 
+        # The README's Python client, as written, with this server's address and token.
+        readme = (env.project / "README.md").read_text(encoding="utf-8")
+        snippet = python_blocks(readme.split("A client with the token", 1)[1])[0]
+        snippet = snippet.replace("http://127.0.0.1:8000/mcp", url).replace("the server's token", TOKEN)
+        sdk = subprocess.run(
+            [str(env.venv / "bin" / "python"), "-c", snippet],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env.environ,
+            check=False,
+        )
+
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert json.loads(ran.stdout)["structuredContent"]["status"] == "ok"
+    assert sdk.returncode == 0, sdk.stderr[-2000:]
+    assert "is_error=False" in sdk.stdout, sdk.stdout
