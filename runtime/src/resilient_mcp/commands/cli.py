@@ -37,14 +37,18 @@ DELEGATED = {
         "resilient_mcp.commands.contract",
         "record the tools, resources and prompts in contract.json; --check",
     ),
-    "list": ("resilient_mcp.commands.list_tools", "list this server's tools as a model sees them"),
+    "list": (
+        "resilient_mcp.commands.list_tools",
+        "list this server's tools, over stdio or --http URL, as a model sees them",
+    ),
     "call": (
         "resilient_mcp.commands.call_tool",
-        "call one tool and print what the model receives; --arg NAME=VALUE",
+        "call one tool (--arg NAME=VALUE), over stdio or --http URL, printing what a model sees",
     ),
     "client-config": (
         "resilient_mcp.commands.client_config",
-        "the entry that starts this server in an MCP client; --install",
+        "the exact config for an MCP client (claude-desktop, claude-code, cursor, vscode, windsurf, "
+        "gemini-cli, goose, codex); --install",
     ),
     "dev": (
         "resilient_mcp.commands.dev",

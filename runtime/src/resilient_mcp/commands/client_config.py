@@ -1,11 +1,12 @@
 """`<command> client-config CLIENT [--http URL] [--install [--dry-run]] [--file PATH]`.
 
-The entry an MCP client needs for this server. Prints the JSON to merge into the client's
-configuration file on stdout, and on stderr the file it goes in on this operating system;
-`--install` merges it into that file (`client_config_file`), `--dry-run` shows the change
-instead. Standard library only: it must answer even when the SDK is broken. Over stdio the
-entry starts this installation's command by its absolute path (clients do not search the
-PATH of your shell) with the `<PREFIX>*` settings of the current environment.
+The entry an MCP client needs for this server. Prints it on stdout in the format of the client's
+configuration file (JSON; TOML for Codex, YAML for Goose: `client_config_text`), and on stderr the
+file it goes in on this operating system; `--install` merges it into a JSON file
+(`client_config_file`), `--dry-run` shows the change instead. Standard library only: it must
+answer even when the SDK is broken. Over stdio the entry starts this installation's command by
+its absolute path (clients do not search the PATH of your shell) with the `<PREFIX>*` settings
+of the current environment.
 """
 
 from __future__ import annotations
