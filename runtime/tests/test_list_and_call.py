@@ -2,6 +2,7 @@
 
 Each runs the installed command, as a user types it, against a real server: the project's own over
 stdio (the command starts it), or a running one over Streamable HTTP, with and without its token.
+Run once (the sqlite variant): what the commands print does not depend on the backend.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import pytest
 
 from resilient_mcp.commands.call_tool import argument_pair
 from sample_server.project import ENV_PREFIX, SLUG
-from support import ANSWER_TIMEOUT_S, http_server
+from support import ANSWER_TIMEOUT_S, http_server, sqlite_project
+
+pytestmark = sqlite_project
 
 COMMAND = Path(sysconfig.get_path("scripts")) / SLUG
 TOKEN = "list-and-call-token-" + "c3" * 16
