@@ -148,7 +148,7 @@ def demo(session: nox.Session) -> None:
     session.run("python", str(ROOT / "tests" / "stdio_client.py"), str(command), "serve", env=env)
     setting, executable = f"{prefix}DATA_DIR={shlex.quote(str(data_dir))}", shlex.quote(str(command))
     print(f"\nThe server is in {project}. With Node.js, the MCP Inspector in a browser:")
-    print(f"  npx @modelcontextprotocol/inspector -e {setting} {executable}")
+    print(f"  npx {inspector_pin().INSPECTOR} -e {setting} {executable}")
     print("Its handshake report again, from any directory:")
     print(f"{setting} {executable} diagnose")
 
@@ -162,9 +162,20 @@ def library_wheel(session: nox.Session, folder: Path) -> dict[str, str]:
     return found
 
 
+def inspector_pin() -> Any:
+    """The library's one pinned MCP Inspector (a module of constants), loaded as a file."""
+    return load_module_file(
+        "inspector_pin", RUNTIME / "src" / "resilient_mcp" / "commands" / "inspector_pin.py"
+    )
+
+
 def load_tests_module(name: str) -> Any:
     """A module of tests/ that imports nothing of the tests' (plain helpers), loaded as a file."""
-    spec = importlib.util.spec_from_file_location(f"template_test_{name}", ROOT / "tests" / f"{name}.py")
+    return load_module_file(f"template_test_{name}", ROOT / "tests" / f"{name}.py")
+
+
+def load_module_file(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -117,6 +117,8 @@ def rules(slug: str, prefix: str) -> list[tuple[str, Action]]:
         (rf"{s}", stdio_probe),
         (rf"{s} serve --transport http --port 8000", http_probe("http://127.0.0.1:8000/livez")),
         (rf"{s} diagnose", run_as_written),
+        (rf"{s} list|{s} call .*", run_as_written),
+        (rf"{s} list --http .*", Covered("test_list_and_call.py", "over HTTP, with and without the token")),
         (rf"{s} client-config .*", sandboxed_home),
         (
             rf"{s} dev.*|nox -s dev .*",
@@ -127,7 +129,10 @@ def rules(slug: str, prefix: str) -> list[tuple[str, Action]]:
         (rf"{s} keys settle .*", Covered("test_keys_command.py", "settles real keys in doubt")),
         (rf"{re.escape(prefix)}METRICS=true {s}", Covered("test_telemetry.py", "/metrics scraped")),
         (r"OTEL_EXPORTER_OTLP_ENDPOINT=.*", Covered("test_telemetry.py", "spans and metrics to a receiver")),
-        (rf"npx @modelcontextprotocol/inspector {s}", Covered("test_inspector.py", "the Inspector CLI")),
+        (
+            rf"npx @modelcontextprotocol/inspector@[\d.]+ ({s}|--cli http://\S+ --header .*)",
+            Covered("test_inspector.py", "the pinned Inspector CLI, over stdio and with a bearer token"),
+        ),
         # Shipping
         (r"docker .*|.*docker compose up --build", Covered("test_image.py", "built and run with podman")),
         (r"kubectl .*", Covered("test_shipping.py", "the Secret and kustomize, without a cluster")),

@@ -8,16 +8,18 @@ import stat
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from resilient_mcp.commands.client_config import CLIENTS
+from resilient_mcp.commands.client_config import CLIENTS, NOT_JSON
 from sample_server.project import ENV_PREFIX, SLUG
 from support import postgres_project
 
 COMMAND = Path(sysconfig.get_path("scripts")) / SLUG
+JSON_CLIENTS = [client for client in CLIENTS if client not in NOT_JSON]  # the files --install merges
 SERVERS_KEY = {"vscode": "servers"}  # every other client: "mcpServers"
 # Another server and another key, as a file someone already uses holds them.
 OTHER_SERVER = {"command": "/usr/local/bin/other-server", "args": ["--flag"], "env": {"OTHER_TOKEN": "t"}}
@@ -59,6 +61,10 @@ def config_file(client: str, home: Path, project: Path) -> Path:
         "claude-code": project / ".mcp.json",
         "cursor": home / ".cursor" / "mcp.json",
         "vscode": project / ".vscode" / "mcp.json",
+        "windsurf": home / ".codeium" / "windsurf" / "mcp_config.json",
+        "gemini-cli": home / ".gemini" / "settings.json",
+        "codex": home / ".codex" / "config.toml",
+        "goose": home / "xdg-config" / "goose" / "config.yaml",
         "generic": project / "somewhere" / "mcp.json",
     }[client]
 
@@ -96,7 +102,7 @@ def write_in_use(path: Path, client: str) -> bytes:
     return path.read_bytes()
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("client", JSON_CLIENTS)
 def test_install_merges_the_entry_and_keeps_every_other_one(
     env: dict[str, str], home: Path, project: Path, client: str
 ) -> None:
@@ -254,3 +260,37 @@ def test_install_without_a_database_url_says_the_entry_holds_a_placeholder(
 
     assert installed.returncode == 0, installed.stderr
     assert f"{ENV_PREFIX}DATABASE_URL is a placeholder" in installed.stderr
+
+
+@pytest.mark.parametrize(
+    ("client", "said"),
+    [("codex", "run codex mcp add sample-server"), ("goose", "goose configure")],
+)
+def test_install_leaves_a_toml_or_yaml_file_to_its_client(
+    env: dict[str, str], home: Path, project: Path, client: str, said: str
+) -> None:
+    refused = client_config(client, "--install", env=env, project=project)
+
+    assert refused.returncode == 2, refused.stderr
+    assert said in refused.stderr
+    assert not home.exists()  # nothing written anywhere
+
+
+def test_the_codex_entry_added_to_a_config_in_use_is_read_as_codex_reads_it(
+    env: dict[str, str], home: Path, project: Path
+) -> None:
+    # What an owner's ~/.codex/config.toml already holds: settings, a comment, another server.
+    in_use = '# mine\nmodel = "o4"\n\n[mcp_servers.other]\ncommand = "other"\nargs = ["--flag"]\n'
+    env = {**env, f"{ENV_PREFIX}LOG_LEVEL": 'de"bug\\'}  # a value TOML must escape
+
+    printed = client_config("codex", env=env, project=project)
+
+    assert printed.returncode == 0, printed.stderr
+    assert str(home / ".codex" / "config.toml") in printed.stderr
+    document = tomllib.loads(in_use + "\n" + printed.stdout)
+    assert document["model"] == "o4"
+    assert document["mcp_servers"]["other"] == {"command": "other", "args": ["--flag"]}
+    entry = document["mcp_servers"][SLUG]
+    assert entry["command"] == str(COMMAND)
+    assert entry["args"] == ["serve"]
+    assert entry["env"][f"{ENV_PREFIX}LOG_LEVEL"] == 'de"bug\\'

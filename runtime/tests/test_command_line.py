@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from resilient_mcp.commands.client_config import CLIENTS
 from resilient_mcp.commands.diagnose import EXIT_NO_HANDSHAKE, MODERN, with_envelope
+from resilient_mcp.commands.inspector_pin import INSPECTOR
 from sample_server.project import ENV_PREFIX, PACKAGE, SLUG
 
 SAMPLE_PROJECT = Path(__file__).resolve().parent / "sample_project"  # the served project's own root
@@ -30,6 +32,10 @@ SERVERS_KEY = {
     "claude-code": "mcpServers",
     "cursor": "mcpServers",
     "vscode": "servers",
+    "windsurf": "mcpServers",
+    "gemini-cli": "mcpServers",
+    "goose": "extensions",
+    "codex": "mcp_servers",
     "generic": "mcpServers",
 }
 FILE_NAME = {
@@ -37,8 +43,16 @@ FILE_NAME = {
     "claude-code": ".mcp.json",
     "cursor": "mcp.json",
     "vscode": "mcp.json",
+    "windsurf": "mcp_config.json",
+    "gemini-cli": "settings.json",
+    "goose": "config.yaml",
+    "codex": "config.toml",
     "generic": "mcp.json",
 }
+# The names each client reads the command, its arguments and its environment by (Goose's own).
+LAUNCH_KEYS = {"goose": ("cmd", "args", "envs")}
+# The key of a remote server's URL, per client.
+URL_KEY = {"windsurf": "serverUrl", "gemini-cli": "httpUrl", "goose": "uri"}
 # Imports a command must leave out: the SDK and what only it needs.
 SDK_MODULES = ("mcp", "mcp_types", "pydantic", "anyio", "starlette", "uvicorn")
 IMPORTS_AFTER = """
@@ -82,6 +96,8 @@ def test_version_is_the_one_in_pyproject(subprocess_env: dict[str, str]) -> None
         ["client-config", "vscode"],
         ["client-config", "generic", "--install", "--dry-run", "--file", "never-written.json"],
         ["diagnose", "--help"],
+        ["list", "--help"],
+        ["call", "--help"],
     ],
     ids=lambda args: " ".join(args),
 )
@@ -102,8 +118,14 @@ def test_command_answers_without_importing_the_sdk(subprocess_env: dict[str, str
 
 
 def entry_of(client: str, answered: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The printed entry, read as the client reads its file (TOML for Codex, YAML for Goose)."""
     assert answered.returncode == 0, answered.stderr
-    snippet = json.loads(answered.stdout)
+    if client == "codex":
+        snippet = tomllib.loads(answered.stdout)
+    elif client == "goose":
+        snippet = yaml.safe_load(answered.stdout)
+    else:
+        snippet = json.loads(answered.stdout)
     assert list(snippet) == [SERVERS_KEY[client]]
     entry: dict[str, Any] = snippet[SERVERS_KEY[client]][SLUG]
     return entry
@@ -118,28 +140,32 @@ def test_client_config_starts_this_installation_over_stdio(
     answered = command("client-config", client, env=env, cwd=tmp_path)
 
     entry = entry_of(client, answered)
-    assert Path(entry["command"]).is_absolute()
-    assert os.access(entry["command"], os.X_OK), entry["command"]
-    assert entry["args"][-1] == "serve"
-    assert entry["env"][f"{ENV_PREFIX}LOG_LEVEL"] == "debug"
-    if client in ("claude-code", "vscode"):
+    command_key, args_key, env_key = LAUNCH_KEYS.get(client, ("command", "args", "env"))
+    assert Path(entry[command_key]).is_absolute()
+    assert os.access(entry[command_key], os.X_OK), entry[command_key]
+    assert entry[args_key][-1] == "serve"
+    assert entry[env_key][f"{ENV_PREFIX}LOG_LEVEL"] == "debug"
+    if client in ("claude-code", "vscode", "goose"):
         assert entry["type"] == "stdio"
     assert f"{FILE_NAME[client]}:" in answered.stderr, answered.stderr
     # The entry really starts the server: its own version answers from that command.
     started = subprocess.run(
-        [entry["command"], "--version"], capture_output=True, text=True, timeout=60, check=False
+        [entry[command_key], "--version"], capture_output=True, text=True, timeout=60, check=False
     )
     assert started.stdout.startswith(SLUG), started.stderr
 
 
-@pytest.mark.parametrize("client", ["claude-code", "cursor", "vscode", "generic"])
+@pytest.mark.parametrize(
+    "client", ["claude-code", "cursor", "vscode", "windsurf", "gemini-cli", "goose", "codex", "generic"]
+)
 def test_client_config_over_http_points_at_the_url(subprocess_env: dict[str, str], client: str) -> None:
     url = "http://127.0.0.1:8123/mcp"
 
     entry = entry_of(client, command("client-config", client, "--http", url, env=subprocess_env))
 
-    assert entry["url"] == url
+    assert entry[URL_KEY.get(client, "url")] == url
     assert "command" not in entry
+    assert "cmd" not in entry
 
 
 def test_unknown_client_is_refused_with_the_known_ones(subprocess_env: dict[str, str]) -> None:
@@ -235,7 +261,7 @@ def test_started_in_a_terminal_it_says_how_to_try_it_and_keeps_serving(
         read_until(server.stderr.fileno(), WAITING.encode(), stderr)
         assert WAITING in stderr.decode(), stderr.decode()
         assert f"{SLUG} diagnose" in stderr.decode()
-        assert f"npx @modelcontextprotocol/inspector {SLUG}" in stderr.decode()
+        assert f"npx {INSPECTOR} {SLUG}" in stderr.decode()  # the pinned one, as `dev` runs it
 
         # Still an MCP server: a request typed into the terminal is answered on stdout.
         request = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": with_envelope(MODERN)}

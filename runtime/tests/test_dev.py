@@ -26,6 +26,7 @@ import sample_server
 from http_support import json_rpc_answer, post
 from resilient_mcp.commands import dev
 from resilient_mcp.commands.diagnose import MODERN, with_envelope
+from resilient_mcp.commands.inspector_pin import INSPECTOR
 from sample_server.project import PACKAGE
 from support import ANSWER_TIMEOUT_S, free_port
 
@@ -220,14 +221,14 @@ def inspector_is_cached() -> str | None:
     if shutil.which("npx") is None:
         return "npx is not installed (the MCP Inspector needs Node.js)"
     probe = subprocess.run(
-        ["npx", "--no", "--", dev.INSPECTOR, "--version"],
+        ["npx", "--no", "--", INSPECTOR, "--version"],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     if probe.returncode != 0:
-        return f"{dev.INSPECTOR} is not in npx's cache: fetching it takes about a minute"
+        return f"{INSPECTOR} is not in npx's cache: fetching it takes about a minute"
     return None
 
 

@@ -1,8 +1,8 @@
 """The `<slug>` command: serve (stdio or HTTP) and check; other commands are delegated.
 
-Only `serve`, `check`, `budget`, `keys`, `tasks` and `contract` load the SDK: `--help`, `--version`,
-`client-config`, `diagnose` and `dev` answer without it (`dev`'s children load it), and
-still work when it is broken.
+Only `serve`, `check`, `budget`, `keys`, `tasks`, `contract`, `list` and `call` load the SDK:
+`--help`, `--version`, `client-config`, `diagnose` and `dev` answer without it (`dev`'s children
+load it), and still work when it is broken.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from resilient_mcp.commands.inspector_pin import INSPECTOR
 from resilient_mcp.project import Project, this_project, use_project
 
 if TYPE_CHECKING:
@@ -36,9 +37,18 @@ DELEGATED = {
         "resilient_mcp.commands.contract",
         "record the tools, resources and prompts in contract.json; --check",
     ),
+    "list": (
+        "resilient_mcp.commands.list_tools",
+        "list this server's tools, over stdio or --http URL, as a model sees them",
+    ),
+    "call": (
+        "resilient_mcp.commands.call_tool",
+        "call one tool (--arg NAME=VALUE), over stdio or --http URL, printing what a model sees",
+    ),
     "client-config": (
         "resilient_mcp.commands.client_config",
-        "the entry that starts this server in an MCP client; --install",
+        "the exact config for an MCP client (claude-desktop, claude-code, cursor, vscode, windsurf, "
+        "gemini-cli, goose, codex); --install",
     ),
     "dev": (
         "resilient_mcp.commands.dev",
@@ -158,8 +168,9 @@ def terminal_hint() -> str:
         "not for typed commands.\n"
         f"  Try it:  {slug} diagnose   (starts it, handshakes, prints one JSON report)\n"
         f"           {slug} dev --http   (the MCP Inspector on it, restarted on each edit)\n"
-        f"           npx @modelcontextprotocol/inspector {slug}   (the MCP Inspector, in a browser)\n"
-        f"  Use it:  {slug} client-config claude-desktop --install   (or claude-code, cursor, vscode)\n"
+        f"           {slug} list   (its tools as a model sees them; `{slug} call TOOL --arg NAME=VALUE`)\n"
+        f"           npx {INSPECTOR} {slug}   (the MCP Inspector, in a browser)\n"
+        f"  Use it:  {slug} client-config claude-desktop --install   (or claude-code, cursor, codex, ...)\n"
         "  Stop it: Ctrl+D (end of input) or Ctrl+C\n"
     )
 

@@ -1,11 +1,12 @@
 """`<command> client-config CLIENT [--http URL] [--install [--dry-run]] [--file PATH]`.
 
-The entry an MCP client needs for this server. Prints the JSON to merge into the client's
-configuration file on stdout, and on stderr the file it goes in on this operating system;
-`--install` merges it into that file (`client_config_file`), `--dry-run` shows the change
-instead. Standard library only: it must answer even when the SDK is broken. Over stdio the
-entry starts this installation's command by its absolute path (clients do not search the
-PATH of your shell) with the `<PREFIX>*` settings of the current environment.
+The entry an MCP client needs for this server. Prints it on stdout in the format of the client's
+configuration file (JSON; TOML for Codex, YAML for Goose: `client_config_text`), and on stderr the
+file it goes in on this operating system; `--install` merges it into a JSON file
+(`client_config_file`), `--dry-run` shows the change instead. Standard library only: it must
+answer even when the SDK is broken. Over stdio the entry starts this installation's command by
+its absolute path (clients do not search the PATH of your shell) with the `<PREFIX>*` settings
+of the current environment.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import sys
 import sysconfig
 from collections.abc import Mapping, Sequence
@@ -22,10 +24,26 @@ from pathlib import Path
 from typing import Any
 
 from resilient_mcp.commands.client_config_file import UnreadableConfig, merge, write
+from resilient_mcp.commands.client_config_text import as_toml, as_yaml
 from resilient_mcp.project import this_project
 
 # `generic`: the "mcpServers" file most other clients read, at the path given with --file.
-CLIENTS = ("claude-desktop", "claude-code", "cursor", "vscode", "generic")
+CLIENTS = (
+    "claude-desktop",
+    "claude-code",
+    "cursor",
+    "vscode",
+    "windsurf",
+    "gemini-cli",
+    "goose",
+    "codex",
+    "generic",
+)
+# Clients whose file is not JSON: the entry is printed in their format, and `--install` leaves the
+# merge to the client's own command (Codex) or to the owner (Goose), rather than round-tripping a
+# hand-edited TOML or YAML file through a library that would drop its comments.
+NOT_JSON = {"codex": "toml", "goose": "yaml"}
+GOOSE_TIMEOUT_S = 300  # Goose's own default for an extension's calls
 EXIT_USAGE = 2
 EXIT_REFUSED = 1
 PLACEHOLDER_DATABASE_URL = "postgresql://USER:PASSWORD@HOST:5432/DBNAME"
@@ -44,6 +62,7 @@ class ClientConfig:
     path: Path | None  # None: no standard file (generic without --file)
     how: str
     then: str  # what to do once it is installed
+    install_command: str = ""  # the client's own command that installs it, for files not merged here
 
     @property
     def servers_key(self) -> str:
@@ -79,6 +98,12 @@ def _config_home(environ: Mapping[str, str], home: Path) -> Path:
     if sys.platform == "darwin":
         return home / "Library" / "Application Support"
     return Path(environ.get("XDG_CONFIG_HOME") or home / ".config")
+
+
+def _goose_config_home(environ: Mapping[str, str], home: Path) -> Path:
+    if sys.platform == "win32":
+        return Path(environ.get("APPDATA", home / "AppData" / "Roaming")) / "Block" / "goose" / "config"
+    return Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "goose"
 
 
 def config_for(
@@ -130,6 +155,55 @@ def config_for(
             'merge it into the file\'s "servers" (for every workspace: "MCP: Open User Configuration")',
             'start it from VS Code\'s "MCP: List Servers"',
         )
+    if client == "windsurf":
+        entry = {"serverUrl": http_url} if http_url else stdio
+        return ClientConfig(
+            {"mcpServers": {this_project().slug: entry}},
+            home / ".codeium" / "windsurf" / "mcp_config.json",
+            "merge it into the file's \"mcpServers\", then press refresh in Cascade's MCP panel",
+            "press refresh in Windsurf Cascade's MCP panel",
+        )
+    if client == "gemini-cli":
+        # httpUrl is Streamable HTTP; Gemini CLI's `url` means the older SSE transport.
+        entry = {"httpUrl": http_url} if http_url else stdio
+        return ClientConfig(
+            {"mcpServers": {this_project().slug: entry}},
+            home / ".gemini" / "settings.json",
+            'merge it into the file\'s "mcpServers" (or into .gemini/settings.json of one project)',
+            "`gemini mcp list` shows it; start gemini",
+        )
+    if client == "goose":
+        slug = this_project().slug
+        common: dict[str, Any] = {"name": slug, "enabled": True, "timeout": GOOSE_TIMEOUT_S}
+        goose: dict[str, Any] = (
+            {**common, "type": "streamable_http", "uri": http_url}
+            if http_url
+            else {**common, "type": "stdio", "cmd": launch.command, "args": launch.args, "envs": launch.env}
+        )
+        return ClientConfig(
+            {"extensions": {slug: goose}},
+            _goose_config_home(environ, home) / "config.yaml",
+            'add it under the file\'s "extensions" (or add it with `goose configure`, Add Extension)',
+            "start a goose session",
+        )
+    if client == "codex":
+        slug = this_project().slug
+        entry = {"url": http_url} if http_url else stdio
+        env = " ".join(f"--env {shlex.quote(f'{name}={value}')}" for name, value in launch.env.items())
+        install = (
+            f"codex mcp add {slug} --url {shlex.quote(http_url)}"
+            if http_url
+            else " ".join(
+                filter(None, ["codex mcp add", slug, env, "--", shlex.join([launch.command, *launch.args])])
+            )
+        )
+        return ClientConfig(
+            {"mcp_servers": {slug: entry}},
+            Path(environ.get("CODEX_HOME") or home / ".codex") / "config.toml",
+            f"add it to the file as its own table, or run: {install}",
+            "`codex mcp list` shows it",
+            install_command=install,
+        )
     if client == "generic":
         return ClientConfig(
             {"mcpServers": {this_project().slug: {"url": http_url} if http_url else stdio}},
@@ -178,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         path: Path | None = args.file.absolute() if args.file else config.path
         if args.install and path is None:
             raise UsageError(f"{args.client} has no standard file: give it with --file PATH")
+        if args.install and args.client in NOT_JSON:
+            raise UsageError(not_merged_here(args.client, config))
     except UsageError as exc:
         sys.stderr.write(f"{this_project().slug} client-config: {exc}\n")
         return EXIT_USAGE
@@ -188,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.write(f"{this_project().slug} client-config: {exc}\n")
             return EXIT_REFUSED
     else:
-        sys.stdout.write(json.dumps(config.snippet, indent=2) + "\n")
+        sys.stdout.write(printed(args.client, config))
         where = path or "your client's mcp.json"
         status = f"# goes in {where}: {config.how}\n"
     sys.stderr.write(status)
@@ -204,6 +280,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             "export the real one and run this again\n"
         )
     return 0
+
+
+def printed(client: str, config: ClientConfig) -> str:
+    """The entry in the format of the client's file."""
+    form = NOT_JSON.get(client)
+    if form == "toml":
+        return as_toml(config.snippet)
+    if form == "yaml":
+        return as_yaml(config.snippet)
+    return json.dumps(config.snippet, indent=2) + "\n"
+
+
+def not_merged_here(client: str, config: ClientConfig) -> str:
+    if client == "codex":
+        return (
+            f"--install writes JSON files only; Codex adds the entry to its own {config.path} itself, "
+            f"keeping the file's other servers and comments: run {config.install_command}"
+        )
+    return (
+        f"--install writes JSON files only; add the entry printed without --install under "
+        f'"extensions" in {config.path}, or with `goose configure` (Add Extension)'
+    )
 
 
 def install(config: ClientConfig, path: Path, *, dry_run: bool) -> str:

@@ -29,10 +29,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from resilient_mcp.commands.inspector_pin import INSPECTOR
 from resilient_mcp.project import this_project
 
-# The Inspector the template is tested with (tests/test_inspector.py pins the same one).
-INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 POLL_S = 0.5
 QUIET_S = 0.3  # an editor's save is several writes: restart once they have stopped
 START_TIMEOUT_S = 60.0

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from resilient_mcp.commands.diagnose.eras import LEGACY, MODERN, Era
-from resilient_mcp.commands.diagnose.this_project import env_prefix
+from resilient_mcp.commands.diagnose.this_project import client_token
 
 DEFAULT_TIMEOUT_S = 10.0
 _STDERR_TAIL_BYTES = 8192
@@ -229,9 +229,7 @@ class HttpSession:
             headers["MCP-Protocol-Version"] = self.protocol_version
         if self.session_id is not None:
             headers["Mcp-Session-Id"] = self.session_id
-        token = os.environ.get(f"{env_prefix()}DIAGNOSE_TOKEN") or os.environ.get(
-            f"{env_prefix()}BEARER_TOKEN"
-        )
+        token = client_token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
         if self.era == MODERN:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from resilient_mcp.project import project_if_set
@@ -22,3 +23,10 @@ def package() -> str:
 def default_command() -> list[str]:
     """The project's own server, as an MCP host would start it."""
     return [sys.executable, "-m", package(), "serve"]
+
+
+def client_token() -> str | None:
+    """The bearer token a client command sends over HTTP: `<PREFIX>DIAGNOSE_TOKEN`, else
+    `<PREFIX>BEARER_TOKEN` (the server's own, when this shell started it)."""
+    prefix = env_prefix()
+    return os.environ.get(f"{prefix}DIAGNOSE_TOKEN") or os.environ.get(f"{prefix}BEARER_TOKEN") or None
