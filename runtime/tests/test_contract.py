@@ -429,13 +429,13 @@ def test_without_a_contract_the_check_still_lints_and_on_github_warns_on_the_run
 ) -> None:
     path = tmp_path / "contract.json"
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
-    undescribed = owner(tmp_path, monkeypatch, "m", m=tool_with(""))
+    hidden = owner(tmp_path, monkeypatch, "m", m=tool_with("Weather.\u200b"))
 
-    code, out = run_command("--check", "--file", str(path), owner_code=undescribed, capsys=capsys)
+    code, out = run_command("--check", "--file", str(path), owner_code=hidden, capsys=capsys)
 
     assert code == 1, out
     assert out.splitlines()[0].startswith("NEW no contract.json to check against yet")
-    assert "LINT tool 'forecast': no description" in out
+    assert "U+200B ZERO WIDTH SPACE" in out, out
     assert "FAILED: 1 lint problem(s)" in out
     assert (
         f"::warning title=No contract.json committed::run `{SLUG} contract` and commit contract.json: "
