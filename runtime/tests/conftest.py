@@ -51,11 +51,15 @@ ANSWERS_INDEPENDENT = {
     "test_dev",
     "test_diagnose",
     "test_http_exposure",
+    "test_http_lockout",
     "test_json_bounds",
     "test_oauth",
     "test_oauth_keys",
+    "test_owner_extensions",
     "test_redaction",
+    "test_request_state",
     "test_stdio_lines",
+    "test_stdio_transport",
 }
 
 
