@@ -53,7 +53,7 @@ def test_the_lowest_series_is_read_from_the_requirement() -> None:
     assert lowest_supported_series("mcp>=2.10.1,<3") == "mcp~=2.10.0"
 
 
-@pytest.mark.generated(minutes=11)
+@pytest.mark.generated(minutes=8)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_the_library_suite_passes(variant: str, open_tmp: Path) -> None:
     answers, end, selection = VARIANTS[variant]
