@@ -97,7 +97,7 @@ def test_every_readme_command_has_a_rule_and_each_test_it_names_exists(
     assert any("docker build" in line for line in left)
 
 
-@pytest.mark.generated(minutes=4)
+@pytest.mark.generated(minutes=3)
 @pytest.mark.parametrize("entry", ["defaults", "proprietary-postgres"])
 def test_a_newcomer_walks_the_readmes_in_order(release_repo: Path, open_tmp: Path, entry: str) -> None:
     # A folder others may traverse: as root, the postgres project's PostgreSQL runs as another user.

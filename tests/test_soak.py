@@ -16,7 +16,7 @@ CALLS = 120
 SHORT_SOAK = ["--case", "kills", "--calls", str(CALLS), "--kill-every-ms", "100", "--seed", "1"]
 
 
-@pytest.mark.generated(minutes=1)
+@pytest.mark.generated(minutes=0.5)
 def test_soak_through_kills_finds_no_duplicated_or_lost_effect(
     runtime_env: ProjectEnv, tmp_path: Path
 ) -> None:
@@ -58,7 +58,7 @@ DB_SOAK = [
 ]
 
 
-@pytest.mark.generated(minutes=2)
+@pytest.mark.generated(minutes=1)
 @pytest.mark.parametrize("kill_db", ["backend", "postmaster"])
 def test_soak_through_database_crashes_finds_no_duplicated_or_lost_effect(
     runtime_env: ProjectEnv, kill_db: str, tmp_path: Path
@@ -95,7 +95,7 @@ QUEUED_SOAK = [
 ]
 
 
-@pytest.mark.generated(minutes=1)
+@pytest.mark.generated(minutes=0.5)
 def test_soak_of_calls_waiting_for_a_thread_finds_no_key_in_doubt_that_never_ran(
     runtime_env: ProjectEnv, tmp_path: Path
 ) -> None:

@@ -42,6 +42,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "answers_independent: its outcome does not depend on the suite's answers (backend, strict), so "
         "one of the CI's two runs is enough (-m 'not answers_independent' skips it)",
     )
+    config.addinivalue_line(
+        "markers",
+        "answers_independent_postgres: as answers_independent, but the CI runs it in its other run, the "
+        "PostgreSQL one, so that both take about as long (-m 'not answers_independent_postgres' skips it)",
+    )
 
 
 # Modules that test a transport, auth or a command with tools whose outcome neither answer (the
@@ -51,11 +56,15 @@ ANSWERS_INDEPENDENT = {
     "test_dev",
     "test_diagnose",
     "test_http_exposure",
+    "test_http_lockout",
     "test_json_bounds",
     "test_oauth",
     "test_oauth_keys",
+    "test_owner_extensions",
     "test_redaction",
+    "test_request_state",
     "test_stdio_lines",
+    "test_stdio_transport",
 }
 
 

@@ -24,6 +24,9 @@ from resilient_mcp.server.readiness import CHECK_LIMIT_S, READYZ_WAIT_S
 from support import ANSWER_TIMEOUT_S, HERE, HTTP_TOOLS, error_of, http_server, server_env
 
 pytestmark = pytest.mark.network
+# How the HTTP server takes connections, bodies and its own log lines: no tool call touches the
+# store or sends a bad argument, so one of the CI's two runs is enough.
+the_connection_only = pytest.mark.answers_independent_postgres
 
 
 def port_of(url: str) -> int:
@@ -155,6 +158,7 @@ async def test_a_side_effecting_call_cut_at_the_grace_is_in_doubt(data_dir: Path
     assert error["category"] == "in_doubt"
 
 
+@the_connection_only
 def test_a_body_over_the_limit_gets_413(data_dir: Path) -> None:
     with http_server(server_env(data_dir=str(data_dir), max_request_bytes="2000")) as (url, _):
         big = {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x" * 4000}}
@@ -162,6 +166,7 @@ def test_a_body_over_the_limit_gets_413(data_dir: Path) -> None:
         assert post(url)[0] == 200
 
 
+@the_connection_only
 @pytest.mark.anyio
 async def test_a_new_session_gets_503_only_while_every_open_one_is_busy(data_dir: Path) -> None:
     """A full table closes its least recently used idle session for a new one (test_http_lockout)."""
@@ -186,6 +191,7 @@ async def test_a_new_session_gets_503_only_while_every_open_one_is_busy(data_dir
         assert post(url, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, **busy)[0] == 404
 
 
+@the_connection_only
 def test_slow_headers_and_slow_bodies_are_cut_off(data_dir: Path) -> None:
     with http_server(server_env(data_dir=str(data_dir), http_read_timeout_s="1")) as (url, _):
         port = port_of(url)
@@ -204,6 +210,7 @@ def test_slow_headers_and_slow_bodies_are_cut_off(data_dir: Path) -> None:
         assert answer.startswith(b"HTTP/1.1 408 ")
 
 
+@the_connection_only
 def test_a_busy_kept_alive_connection_outlives_the_header_time_limit(data_dir: Path) -> None:
     """The header limit is per request: a connection that keeps asking for 3x that long loses nothing."""
     with http_server(server_env(data_dir=str(data_dir), http_read_timeout_s="1")) as (url, _):
@@ -225,6 +232,7 @@ def test_a_busy_kept_alive_connection_outlives_the_header_time_limit(data_dir: P
         assert answered >= 10
 
 
+@the_connection_only
 def test_a_body_that_trickles_in_within_each_chunk_limit_is_cut_off_as_a_whole(data_dir: Path) -> None:
     """A byte every 0.5 s never waits the 2 s a chunk may take, yet the body takes far longer."""
     with http_server(server_env(data_dir=str(data_dir), http_read_timeout_s="2")) as (url, _):
@@ -249,6 +257,7 @@ def test_a_body_that_trickles_in_within_each_chunk_limit_is_cut_off_as_a_whole(d
         assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
 
 
+@the_connection_only
 def test_uvicorn_lines_are_json_on_stderr_and_stdout_stays_empty(data_dir: Path) -> None:
     env = server_env(data_dir=str(data_dir), log_level="debug")
     with http_server(env, stdout=subprocess.PIPE) as (url, process):

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from http_support import client_with_token, get, json_rpc_answer, modern_call, post, shared_server_env
 from oauth_issuer import Issuer, hanging_issuer, serve_issuer
 from resilient_mcp.http.oauth_keys import MIN_INTERVAL_S, WAIT_S
-from support import HTTP_TOOLS, error_of, free_port, http_server, server_env
+from support import ANSWER_TIMEOUT_S, HTTP_TOOLS, error_of, free_port, http_server, server_env
 
 SCOPE = "mcp:tools"
 
@@ -188,8 +188,17 @@ def own_server(data_dir: Path, log: IO[bytes] | None = None) -> Iterator[tuple[s
 
 
 # An outage rarely begins right after a fetch. JWKS clients commonly refuse to refetch for an
-# unknown kid within some seconds of a fetch (PyJWKClient: 30 s), which hides what happens after.
-OUTAGE_AFTER_THE_LAST_FETCH_S = 31
+# unknown kid within some seconds of a fetch (PyJWKClient: 30 s), which would hide what happens
+# after: the outage begins once the library's own interval has passed, and the test checks that
+# the unknown kid did send a fetch into it.
+OUTAGE_AFTER_THE_LAST_FETCH_S = MIN_INTERVAL_S + 0.5
+
+
+def wait_for_jwks_requests(issuer: Issuer, more_than: int) -> None:
+    deadline = time.monotonic() + ANSWER_TIMEOUT_S
+    while issuer.jwks_requests <= more_than:
+        assert time.monotonic() < deadline, "the unknown kid sent no fetch of the key set"
+        time.sleep(0.05)
 
 
 def test_an_outage_of_the_key_set_never_refuses_or_delays_a_token_whose_key_is_known(
@@ -202,9 +211,11 @@ def test_an_outage_of_the_key_set_never_refuses_or_delays_a_token_whose_key_is_k
         time.sleep(OUTAGE_AFTER_THE_LAST_FETCH_S)
 
         issuer.jwks_answer = "hang"  # accepts the fetch and never answers
+        fetched = issuer.jwks_requests
         started = time.monotonic()
         assert post(url, **bearer(issuer.token(url, kid="not-published")))[0] == 401
         assert time.monotonic() - started < WAIT_S + 5  # not the fetch's own 10 s timeout
+        wait_for_jwks_requests(issuer, more_than=fetched)  # the outage was met, not skipped
         for _ in range(5):
             assert post(url, **valid)[0] == 200  # while that fetch hangs
 

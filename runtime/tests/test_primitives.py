@@ -43,6 +43,9 @@ pytestmark = [pytest.mark.anyio]
 PRIMITIVE_TOOLS = HERE / "primitive_tools"
 Mode = Literal["legacy", "auto"]
 eras = pytest.mark.parametrize("mode", ["legacy", "auto"])
+# Resources, completions and their limits use neither answer (the store, strict arguments): one of
+# the CI's two runs is enough. The prompts' argument check is strict or lenient, so it runs in both.
+no_store_no_validation = pytest.mark.answers_independent_postgres
 
 
 def params(data_dir: Path, **settings: str) -> StdioServerParameters:
@@ -63,6 +66,7 @@ async def refused(call: Any) -> MCPError:
     return caught.value
 
 
+@no_store_no_validation
 @eras
 async def test_resources_are_listed_and_read_and_their_failures_are_categorised(
     data_dir: Path, mode: Mode
@@ -164,6 +168,7 @@ async def test_prompts_check_their_arguments_strictly_and_hide_what_broke(data_d
     assert "hunter2" not in crashed.error.message
 
 
+@no_store_no_validation
 @eras
 async def test_completions_send_at_most_100_values_and_say_there_are_more(data_dir: Path, mode: Mode) -> None:
     async with Client(stdio_client(params(data_dir)), mode=mode) as client:
@@ -177,6 +182,7 @@ async def test_completions_send_at_most_100_values_and_say_there_are_more(data_d
     assert few.completion.has_more is False
 
 
+@no_store_no_validation
 async def test_a_2025_client_that_subscribes_hears_of_an_update_and_can_set_its_log_level(
     data_dir: Path,
 ) -> None:
@@ -233,6 +239,7 @@ def assert_rate_limited(error: MCPError, over: str) -> None:
     assert "nothing was run, try again in " in error.error.message
 
 
+@no_store_no_validation
 @eras
 async def test_reads_prompt_gets_and_completions_share_the_callers_rate_limit_with_its_tool_calls(
     data_dir: Path, mode: Mode
@@ -269,6 +276,7 @@ async def wait_until_started(*markers: Path) -> None:
     raise AssertionError(f"the held reads never started within {ANSWER_TIMEOUT_S:g} s")
 
 
+@no_store_no_validation
 @eras
 async def test_max_concurrent_calls_counts_reads_with_tool_calls_and_refuses_the_rest_at_once(
     data_dir: Path, mode: Mode
@@ -306,6 +314,7 @@ async def test_max_concurrent_calls_counts_reads_with_tool_calls_and_refuses_the
         assert content.text == "released"
 
 
+@no_store_no_validation
 @eras
 async def test_a_read_prompt_or_completion_past_tool_timeout_s_is_stopped_and_answered_timeout(
     data_dir: Path, mode: Mode
@@ -332,6 +341,7 @@ async def test_a_read_prompt_or_completion_past_tool_timeout_s_is_stopped_and_an
 SLOW_PROMPT = PromptReference(type="ref/prompt", name="slow_prompt")
 
 
+@no_store_no_validation
 async def test_a_sync_completer_holds_up_no_other_request_and_is_stopped_at_tool_timeout_s(
     data_dir: Path,
 ) -> None:
@@ -357,6 +367,7 @@ async def test_a_sync_completer_holds_up_no_other_request_and_is_stopped_at_tool
     assert "timeout: the completion did not finish within 2 s (TOOL_TIMEOUT_S)" in completion[0].error.message
 
 
+@no_store_no_validation
 @pytest.mark.network
 async def test_http_read_past_the_callers_rate_gets_429_in_2026_and_rate_limited_in_2025(
     data_dir: Path, tmp_path: Path

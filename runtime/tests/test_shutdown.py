@@ -37,6 +37,12 @@ CALLS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+def other_signal(*values: str) -> Any:
+    """The signal changes how the drain begins, not what the store records of the calls it cuts:
+    SIGTERM (what hosts and orchestrators send) runs in both CI runs, SIGINT and SIGHUP in one."""
+    return pytest.param(*values, marks=pytest.mark.answers_independent_postgres)
+
+
 def check_answers(answers: dict[str, tuple[bool, dict[str, Any] | None, str]]) -> None:
     """(is_error, _meta.error, text) per call: who finished, who was cut, and how."""
     assert answers["finishes"] == (False, None, f"waited {FINISHES_S} s")
@@ -93,7 +99,13 @@ def drain_reasons(stderr: str) -> list[str]:
 @pytest.mark.network
 @pytest.mark.anyio
 @pytest.mark.parametrize(
-    ("mode", "stop"), [("legacy", "SIGTERM"), ("auto", "SIGTERM"), ("auto", "SIGINT"), ("legacy", "SIGHUP")]
+    ("mode", "stop"),
+    [
+        ("legacy", "SIGTERM"),
+        ("auto", "SIGTERM"),
+        other_signal("auto", "SIGINT"),
+        other_signal("legacy", "SIGHUP"),
+    ],
 )
 async def test_a_signal_over_http_answers_every_call_and_exits_0_within_the_bound(
     data_dir: Path, mode: Literal["legacy", "auto"], stop: str
@@ -159,7 +171,7 @@ def answers_to(
 
 
 @pytest.mark.parametrize("era", [MODERN, LEGACY])
-@pytest.mark.parametrize("stop", ["SIGTERM", "SIGINT", "SIGHUP"])
+@pytest.mark.parametrize("stop", ["SIGTERM", other_signal("SIGINT"), other_signal("SIGHUP")])
 def test_a_signal_over_stdio_answers_every_call_and_exits_0_within_the_bound(
     data_dir: Path, era: Era, stop: str
 ) -> None:

@@ -19,6 +19,9 @@ from sample_server.settings import Settings
 from support import ANSWER_TIMEOUT_S, StdioSession, server_argv, server_env
 from template_files import TEMPLATE
 
+# Refused before the idempotency store opens, whatever the answers: one of the CI's two runs is enough.
+before_the_store = pytest.mark.answers_independent_postgres
+
 
 def run(
     *args: str, stdin: str = "", extra_tools: Path | None = None, **settings: str
@@ -45,6 +48,7 @@ def assert_one_fatal_line(result: subprocess.CompletedProcess[str], *fragments: 
 
 
 @pytest.mark.parametrize("command", [(), ("serve",), ("check",)])
+@before_the_store
 def test_bad_log_level_stops_before_serving(command: tuple[str, ...], data_dir: Path) -> None:
     result = run(*command, log_level="loud", data_dir=str(data_dir))
     assert_one_fatal_line(result, f"{ENV_PREFIX}LOG_LEVEL", "'loud'")
@@ -58,11 +62,13 @@ def test_unwritable_data_dir_stops_before_serving(tmp_path: Path) -> None:
 
 
 @pytest.mark.smoke
+@before_the_store
 def test_non_numeric_timeout_names_the_variable(data_dir: Path) -> None:
     result = run("check", tool_timeout_s="soon", data_dir=str(data_dir))
     assert_one_fatal_line(result, f"{ENV_PREFIX}TOOL_TIMEOUT_S", "'soon'")
 
 
+@before_the_store
 def test_a_wrong_choice_or_number_is_shown_though_its_name_sounds_secret(data_dir: Path) -> None:
     """`AUTH` and `SESSION_...` hold no secret: the line shows what was typed, so it can be fixed."""
     result = run("check", auth="bearr", data_dir=str(data_dir))
@@ -71,12 +77,14 @@ def test_a_wrong_choice_or_number_is_shown_though_its_name_sounds_secret(data_di
     assert_one_fatal_line(result, f"{ENV_PREFIX}SESSION_IDLE_TIMEOUT_S='soon'")
 
 
+@before_the_store
 def test_a_secret_setting_is_named_but_never_shown(data_dir: Path) -> None:
     result = run("check", auth="bearer", bearer_token="too-short-Zq9", data_dir=str(data_dir))
     assert_one_fatal_line(result, f"{ENV_PREFIX}BEARER_TOKEN", "[redacted]")
     assert "Zq9" not in result.stderr
 
 
+@before_the_store
 def test_tools_module_that_fails_to_import_stops_the_server(tmp_path: Path, data_dir: Path) -> None:
     broken = tmp_path / "broken_tools"
     broken.mkdir()
@@ -97,6 +105,7 @@ def {name}() -> str:
 """
 
 
+@before_the_store
 def test_two_tools_with_one_name_stop_the_server(tmp_path: Path, data_dir: Path) -> None:
     tools = tmp_path / "more_tools"
     tools.mkdir()
@@ -108,6 +117,7 @@ def test_two_tools_with_one_name_stop_the_server(tmp_path: Path, data_dir: Path)
     )
 
 
+@before_the_store
 def test_a_tool_named_health_check_stops_the_server(tmp_path: Path, data_dir: Path) -> None:
     tools = tmp_path / "more_tools"
     tools.mkdir()
