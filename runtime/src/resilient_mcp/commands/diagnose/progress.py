@@ -33,6 +33,9 @@ class Progress:
             yield
         finally:
             timer.cancel()
+            # A line being written when the step ended is finished first: a daemon thread caught
+            # inside stderr's lock at interpreter exit aborts the process (exit -6, no report).
+            timer.join()
 
 
 QUIET = Progress(None)

@@ -79,9 +79,17 @@ class RawStdioSession:
             reader.start()
 
     def _pump_stdout(self) -> None:
+        # Raw reads, as for stderr: a daemon thread blocked inside a buffered reader holds its
+        # lock, and an interpreter that exits meanwhile aborts when it closes that reader.
         assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self._lines.put(line)
+        fd = self.process.stdout.fileno()
+        pending = b""
+        for chunk in iter(lambda: os.read(fd, 65536), b""):
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                self._lines.put(line + b"\n")
+        if pending:
+            self._lines.put(pending)
         self._lines.put(None)
 
     def _pump_stderr(self) -> None:
