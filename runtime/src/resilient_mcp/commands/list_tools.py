@@ -15,13 +15,11 @@ from typing import TYPE_CHECKING
 
 from resilient_mcp.commands.tool_client import (
     EXIT_ANSWERED,
-    EXIT_USAGE,
     add_target_options,
     as_wire,
     epilog,
+    parse_target,
     run,
-    split_command,
-    target_of,
 )
 from resilient_mcp.commands.tool_view import tools_text
 from resilient_mcp.project import this_project
@@ -45,13 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments, command = split_command(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    try:
-        options = parser.parse_args(arguments)
-        target = target_of(parser, options, command)
-    except SystemExit as exc:
-        return EXIT_USAGE if exc.code else 0
+    parsed = parse_target(build_parser(), argv)
+    if isinstance(parsed, int):
+        return parsed
+    options, target = parsed
 
     async def listing(client: Client) -> int:
         tools = [as_wire(tool) for tool in await all_tools(client)]

@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
+from resilient_mcp.commands.diagnose.command import positive_seconds
 from resilient_mcp.commands.diagnose.this_project import client_token, default_command, env_prefix
 from resilient_mcp.project import this_project
 
@@ -85,7 +86,7 @@ def add_target_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=positive_seconds,
         default=DEFAULT_TIMEOUT_S,
         metavar="S",
         help=f"seconds to wait for each answer (default: {DEFAULT_TIMEOUT_S:g})",
@@ -107,6 +108,18 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         return arguments, []
     split = arguments.index("--")
     return arguments[:split], arguments[split + 1 :]
+
+
+def parse_target(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> tuple[argparse.Namespace, Target] | int:
+    """The options and where the server is; an exit code instead when argparse said no (or --help)."""
+    arguments, command = split_command(sys.argv[1:] if argv is None else argv)
+    try:
+        options = parser.parse_args(arguments)
+        return options, target_of(parser, options, command)
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code else 0
 
 
 def target_of(parser: argparse.ArgumentParser, options: argparse.Namespace, command: list[str]) -> Target:
@@ -237,16 +250,6 @@ def _hint(target: Target, status: int | None) -> str:
 
 def _say(message: str) -> None:
     sys.stderr.write(f"{this_project().slug}: {message}\n")
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
-    return value
 
 
 def as_wire(model: Any) -> dict[str, Any]:

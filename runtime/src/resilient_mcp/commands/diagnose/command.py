@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=positive_seconds,
         default=DEFAULT_TIMEOUT_S,
         metavar="S",
         help=f"seconds to wait for each answer (default: {DEFAULT_TIMEOUT_S:g})",
@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive_float(text: str) -> float:
+def positive_seconds(text: str) -> float:
+    """argparse's type for a time limit: a number of seconds above 0."""
     try:
         value = float(text)
     except ValueError:
