@@ -26,7 +26,9 @@ DOCS_ENV = {"NO_MKDOCS_2_WARNING": "1"}
 OWN_PYTHON = ["tests", "noxfile.py", "docs/hooks"]
 RUNTIME = ROOT / "runtime"
 # Beside the library and its stand-in project, which nox installs editable by path.
-RUNTIME_TEST_DEPS = nox.project.dependency_groups(nox.project.load_toml(RUNTIME / "pyproject.toml"), "test")
+RUNTIME_PYPROJECT = nox.project.load_toml(RUNTIME / "pyproject.toml")
+RUNTIME_TEST_DEPS = nox.project.dependency_groups(RUNTIME_PYPROJECT, "test")
+RUNTIME_LINT_DEPS = nox.project.dependency_groups(RUNTIME_PYPROJECT, "lint")
 # The stand-in project's answers (tests/sample_project/.../project.py): the two sets the template's
 # projects are generated with, the postgres one also testing the store on SQLite.
 RUNTIME_VARIANTS = {
@@ -48,6 +50,7 @@ def lint(session: nox.Session) -> None:
 def runtime_lint(session: nox.Session) -> None:
     """The runtime library (runtime/): ruff, mypy --strict, and its layers (import-linter)."""
     install_runtime_suite(session)
+    session.install(*RUNTIME_LINT_DEPS)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
