@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from resilient_mcp.commands.diagnose.command import positive_seconds
+from resilient_mcp.commands.diagnose.command import add_timeout_option, split_at_separator
 from resilient_mcp.commands.diagnose.this_project import client_token, default_command, env_prefix
 from resilient_mcp.project import this_project
 
@@ -84,13 +84,7 @@ def add_target_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="use the 2025-11-25 initialize handshake instead of the 2026-07-28 protocol",
     )
-    parser.add_argument(
-        "--timeout",
-        type=positive_seconds,
-        default=DEFAULT_TIMEOUT_S,
-        metavar="S",
-        help=f"seconds to wait for each answer (default: {DEFAULT_TIMEOUT_S:g})",
-    )
+    add_timeout_option(parser, DEFAULT_TIMEOUT_S)
     parser.add_argument("--json", action="store_true", help="print the raw result as JSON (wire names)")
 
 
@@ -101,23 +95,14 @@ def epilog() -> str:
     )
 
 
-def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The arguments before `--`, and the server command after it (empty: this project's server)."""
-    arguments = list(argv)
-    if "--" not in arguments:
-        return arguments, []
-    split = arguments.index("--")
-    return arguments[:split], arguments[split + 1 :]
-
-
 def parse_target(
     parser: argparse.ArgumentParser, argv: Sequence[str] | None
 ) -> tuple[argparse.Namespace, Target] | int:
     """The options and where the server is; an exit code instead when argparse said no (or --help)."""
-    arguments, command = split_command(sys.argv[1:] if argv is None else argv)
+    arguments, command = split_at_separator(sys.argv[1:] if argv is None else argv)
     try:
         options = parser.parse_args(arguments)
-        return options, target_of(parser, options, command)
+        return options, target_of(parser, options, command or [])
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else 0
 

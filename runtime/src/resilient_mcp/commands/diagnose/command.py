@@ -76,13 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes:\n" + doc.split("Exit codes:\n", 1)[-1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--timeout",
-        type=positive_seconds,
-        default=DEFAULT_TIMEOUT_S,
-        metavar="S",
-        help=f"seconds to wait for each answer (default: {DEFAULT_TIMEOUT_S:g})",
-    )
+    add_timeout_option(parser, DEFAULT_TIMEOUT_S)
     token = f"{env_prefix() or '<PREFIX>'}DIAGNOSE_TOKEN (else {env_prefix() or '<PREFIX>'}BEARER_TOKEN)"
     parser.add_argument(
         "--http",
@@ -90,6 +84,26 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"diagnose a Streamable HTTP endpoint instead; the token in {token} goes as a bearer token",
     )
     return parser
+
+
+def add_timeout_option(parser: argparse.ArgumentParser, default_s: float) -> None:
+    """`--timeout S`, as `diagnose`, `list` and `call` take it."""
+    parser.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=default_s,
+        metavar="S",
+        help=f"seconds to wait for each answer (default: {default_s:g})",
+    )
+
+
+def split_at_separator(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    """The options before `--`, and the server command after it (None: no `--` was given)."""
+    arguments = list(argv)
+    if "--" not in arguments:
+        return arguments, None
+    split = arguments.index("--")
+    return arguments[:split], arguments[split + 1 :]
 
 
 def positive_seconds(text: str) -> float:
@@ -104,16 +118,11 @@ def positive_seconds(text: str) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = list(sys.argv[1:] if argv is None else argv)
-    command: list[str] = []
-    separated = "--" in arguments
-    if separated:
-        split = arguments.index("--")
-        arguments, command = arguments[:split], arguments[split + 1 :]
+    arguments, command = split_at_separator(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
         options = parser.parse_args(arguments)
-        if separated and not command:
+        if command == []:
             parser.error("give the server command after --")
         if options.http and command:
             parser.error("give either --http URL or a command after --, not both")
