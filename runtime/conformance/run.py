@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,14 +105,17 @@ def install_suite(directory: Path) -> tuple[Path, Path]:
     return node, entry
 
 
-def expected_failures() -> dict[tuple[str, str], dict[str, str]]:
+Expected = dict[tuple[str, str], dict[str, str]]
+
+
+def expected_failures() -> Expected:
     """(requirement set or "all", mode) -> {scenario: why it cannot pass}, from expected-failures.yml."""
     data = yaml.safe_load(EXPECTED.read_text(encoding="utf-8")) or {}
     runs = (*REQUIREMENT_SETS, ALL)
     unknown = [str(key) for key in data if key not in runs]
     if unknown:  # an unquoted 2025-11-25 is a YAML date, not this string
         sys.exit(f"{EXPECTED}: {unknown} are not requirement sets {REQUIREMENT_SETS} or {ALL!r}: quote them")
-    expected: dict[tuple[str, str], dict[str, str]] = {}
+    expected: Expected = {}
     for run in runs:
         modes = data.get(run) or {}
         for mode in MODES:
@@ -168,9 +172,10 @@ def scored_scenarios(node: Path, entry: Path, requirement_set: str) -> set[str]:
     return set(re.findall(r"^  - (\S+)$", server_part, re.MULTILINE))
 
 
-def run_set(node: Path, entry: Path, url: str, requirement_set: str, mode: str, output: Path) -> Score:
-    sys.stdout.write(f"--- conformance: {requirement_set}, {mode} ---\n")
-    sys.stdout.flush()
+def run_set(
+    node: Path, entry: Path, url: str, requirement_set: str, mode: str, output: Path, report: list[str]
+) -> Score:
+    report.append(f"--- conformance: {requirement_set}, {mode} ---\n")
     run = subprocess.run(
         [str(node), str(entry), "server", "--url", url, "--requirements", requirement_set, "-o", str(output)],
         capture_output=True,
@@ -178,7 +183,7 @@ def run_set(node: Path, entry: Path, url: str, requirement_set: str, mode: str, 
         timeout=900,
     )
     summary = run.stdout.split("=== SUMMARY ===", 1)[-1]
-    sys.stdout.write(summary.strip() + "\n")
+    report.append(summary.strip() + "\n")
     not_scored = (
         set(_NOT_SCORED.findall(summary.split("Not scored", 1)[1])) if "Not scored" in summary else set()
     )
@@ -231,10 +236,9 @@ def scenario_outcome(checks: list[dict[str, object]]) -> str:
     return "passed" if ran else "skipped"
 
 
-def run_all(node: Path, entry: Path, url: str, mode: str, output: Path) -> dict[str, str]:
+def run_all(node: Path, entry: Path, url: str, mode: str, output: Path, report: list[str]) -> dict[str, str]:
     """`--suite all`: every scenario the suite ships -> its outcome, read from its checks.json."""
-    sys.stdout.write(f"--- conformance: --suite all, {mode} ---\n")
-    sys.stdout.flush()
+    report.append(f"--- conformance: --suite all, {mode} ---\n")
     output = output / f"all-{mode}"
     run = subprocess.run(
         [str(node), str(entry), "server", "--url", url, "--suite", "all", "-o", str(output)],
@@ -253,8 +257,8 @@ def run_all(node: Path, entry: Path, url: str, mode: str, output: Path) -> dict[
         sys.stderr.write(run.stdout[-4000:] + run.stderr[-4000:])
         sys.exit(f"conformance: --suite all ({mode}) wrote no results: see its output above")
     marks = {"passed": "✓", "failed": "✗", "skipped": "-"}
-    sys.stdout.write("".join(f"{marks[outcome]} {name}\n" for name, outcome in outcomes.items()))
-    sys.stdout.write("".join(f"  warning (a SHOULD not met): {warning}\n" for warning in warnings))
+    report += [f"{marks[outcome]} {name}\n" for name, outcome in outcomes.items()]
+    report += [f"  warning (a SHOULD not met): {warning}\n" for warning in warnings]
     return outcomes
 
 
@@ -281,6 +285,30 @@ def unexpected(where: str, score: Score, listed: dict[str, str]) -> list[str]:
     ]
 
 
+def run_mode(
+    node: Path, entry: Path, mode: str, scratch: Path, groups: dict[str, str], expected: Expected
+) -> tuple[list[Score], list[str], list[str]]:
+    """One mode against its own server: the scores, the problems, and what the suite printed."""
+    scores: list[Score] = []
+    problems: list[str] = []
+    report: list[str] = []
+    results = scratch / "results" / mode
+    server, url = start_server(mode, scratch / mode)
+    try:
+        for requirement_set in REQUIREMENT_SETS:
+            score = run_set(node, entry, url, requirement_set, mode, results, report)
+            scores.append(score)
+            problems += unexpected(f"{requirement_set} {mode}", score, expected[requirement_set, mode])
+        outcomes = run_all(node, entry, url, mode, results, report)
+        for score in group_scores(mode, outcomes, groups):
+            scores.append(score)
+            problems += unexpected(f"--suite all {mode}", score, expected[ALL, mode])
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    return scores, problems, report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -294,22 +322,15 @@ def main(argv: list[str] | None = None) -> int:
     groups = server_scenarios(node, entry)
     scores: list[Score] = []
     problems: list[str] = []
-    with tempfile.TemporaryDirectory() as scratch:
-        for mode in MODES:
-            server, url = start_server(mode, Path(scratch) / mode)
-            try:
-                for requirement_set in REQUIREMENT_SETS:
-                    score = run_set(node, entry, url, requirement_set, mode, Path(scratch) / "results")
-                    scores.append(score)
-                    listed = expected[requirement_set, mode]
-                    problems += unexpected(f"{requirement_set} {mode}", score, listed)
-                outcomes = run_all(node, entry, url, mode, Path(scratch) / "results")
-                for score in group_scores(mode, outcomes, groups):
-                    scores.append(score)
-                    problems += unexpected(f"--suite all {mode}", score, expected[ALL, mode])
-            finally:
-                server.terminate()
-                server.wait(timeout=60)
+    # The modes run side by side, each against its own server: the suite's scenarios spend most
+    # of their time waiting (timeouts, polls), not computing.
+    with tempfile.TemporaryDirectory() as scratch, ThreadPoolExecutor(max_workers=len(MODES)) as pool:
+        runs = [pool.submit(run_mode, node, entry, mode, Path(scratch), groups, expected) for mode in MODES]
+        for run in runs:
+            mode_scores, mode_problems, report = run.result()
+            sys.stdout.write("".join(report))
+            scores += mode_scores
+            problems += mode_problems
     sys.stdout.write("conformance scores (each frozen set, and every group of --suite all):\n")
     for score in scores:
         sys.stdout.write(f"  {score.line}\n")
