@@ -13,6 +13,7 @@ they must match, and one the schema does not require needs a default.
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
@@ -36,6 +37,7 @@ from resilient_mcp.telemetry.text import clip
 
 _SHOWN_CHARS = 40  # of a value quoted in a message
 _MAX_ERRORS = 5
+_MAX_FOUND = 50  # errors looked at, of which the most relevant _MAX_ERRORS are described
 _JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object"}
 # What the core adds to a side-effecting tool's declared schema: the key every such tool takes.
 _KEY_SCHEMA = {
@@ -80,13 +82,14 @@ def declared_schema_problems(spec: ToolSpec) -> list[str]:
 
 
 def mirror_headers(schema: dict[str, Any], spec: ToolSpec) -> dict[str, Any]:
-    """The schema with `x-mcp-header` on each parameter `headers=` mirrors (SEP-2243).
+    """The schema with `x-mcp-header` on each parameter `headers=` mirrors (SEP-2243); a declared
+    schema's own `x-mcp-header`s are checked alike.
 
     Raises:
         FatalError: a mirrored name is not a parameter, or the annotation is one the spec
             refuses (not a string, integer or boolean property, not a header token, a duplicate).
     """
-    if not spec.headers:
+    if not spec.headers and spec.input_schema is None:  # made from the signature: nothing to mirror
         return schema
     properties = schema.get("properties")
     properties = properties if isinstance(properties, dict) else {}
@@ -147,13 +150,16 @@ class DeclaredSchemaValidator:
         The function receives the JSON values as they came: the schema is the one check.
         """
         try:
-            errors = sorted(self._validator.iter_errors(arguments), key=schema_errors.relevance)
+            # At most _MAX_FOUND: a huge wrong argument costs no more than the first few of its errors.
+            found = list(itertools.islice(self._validator.iter_errors(arguments), _MAX_FOUND + 1))
         except Unresolvable as exc:  # a `$ref` the schema cannot resolve offline: the owner's to fix
             return f"the tool's input schema cannot be applied ({clip(str(exc), 80)}); nothing was run", None
-        if errors:
+        if found:
+            errors = sorted(found[:_MAX_FOUND], key=schema_errors.relevance)
             lines = [_describe(error) for error in errors[:_MAX_ERRORS]]
-            if len(errors) > _MAX_ERRORS:
-                lines.append(f"and {len(errors) - _MAX_ERRORS} more")
+            if len(found) > _MAX_ERRORS:
+                more = len(found) - _MAX_ERRORS
+                lines.append(f"and {more} more" if len(found) <= _MAX_FOUND else "and more")
             return "; ".join(lines), None
         names = self._field_names
         values = {names[key]: value for key, value in arguments.items() if key in names}
