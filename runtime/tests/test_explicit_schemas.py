@@ -56,6 +56,8 @@ def test_a_declared_schema_is_served_as_written_and_a_violating_call_never_runs(
             False,
             "sea 2 kg via Lisbon",
         )
+        charged = {"amount": 5, "idempotency_key": "order-1"}
+        assert call(session, "charge", charged) == call(session, "charge", charged) == (False, "charged 5")
 
 
 def routed(url: str, region: str, header: str | None) -> tuple[int, Any]:

@@ -13,7 +13,13 @@ from resilient_mcp import tool
 SHIPMENT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
-    "$defs": {"parcel": {"$anchor": "parcel", "type": "object", "properties": {"kg": {"type": "number", "description": "Weight"}}}},
+    "$defs": {
+        "parcel": {
+            "$anchor": "parcel",
+            "type": "object",
+            "properties": {"kg": {"type": "number", "description": "Weight"}},
+        }
+    },
     "properties": {
         "mode": {"type": "string", "enum": ["air", "sea"], "description": "How it travels"},
         "parcel": {"$ref": "#/$defs/parcel", "description": "What travels"},
