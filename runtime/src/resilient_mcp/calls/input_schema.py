@@ -25,12 +25,12 @@ from mcp.server.mcpserver.resolve import find_resolved_parameters
 from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.shared.inbound import X_MCP_HEADER_KEY, find_invalid_x_mcp_header
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 from referencing.exceptions import Unresolvable
 
 from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.authoring.tool import ToolSpec
-from resilient_mcp.calls.entrypoints import KEY_DESCRIPTION
+from resilient_mcp.calls.entrypoints import IdempotencyKey
 from resilient_mcp.calls.validation import unknown_arguments_message
 from resilient_mcp.store import KEY_ARGUMENT
 from resilient_mcp.telemetry.text import clip
@@ -39,14 +39,6 @@ _SHOWN_CHARS = 40  # of a value quoted in a message
 _MAX_ERRORS = 5
 _MAX_FOUND = 50  # errors looked at, of which the most relevant _MAX_ERRORS are described
 _JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object"}
-# What the core adds to a side-effecting tool's declared schema: the key every such tool takes.
-_KEY_SCHEMA = {
-    "type": "string",
-    "description": KEY_DESCRIPTION,
-    "minLength": 1,
-    "maxLength": 255,
-    "pattern": "^[ -~]+$",
-}
 
 
 def declared_schema_problems(spec: ToolSpec) -> list[str]:
@@ -127,7 +119,8 @@ def served_declared_schema(spec: ToolSpec) -> dict[str, Any]:
     assert spec.input_schema is not None
     served: dict[str, Any] = json.loads(json.dumps(spec.input_schema))  # a copy the owner cannot change
     if spec.side_effect:
-        served.setdefault("properties", {}).setdefault(KEY_ARGUMENT, dict(_KEY_SCHEMA))
+        key_schema = TypeAdapter(IdempotencyKey).json_schema()  # as a signature's key is described
+        served.setdefault("properties", {}).setdefault(KEY_ARGUMENT, key_schema)
         required = served.setdefault("required", [])
         if KEY_ARGUMENT not in required:
             required.append(KEY_ARGUMENT)
