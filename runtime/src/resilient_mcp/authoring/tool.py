@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
 
 from mcp.types import ToolAnnotations
@@ -47,6 +47,9 @@ class ToolSpec:
     rate_limit: float | None = None  # calls per minute per caller, for this tool
     max_concurrency: int | None = None  # calls of this tool running at once, all callers
     task_support: TaskSupport = "forbidden"
+    # A JSON Schema the owner wrote: served as written and validated instead of the signature's.
+    input_schema: Mapping[str, Any] | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)  # parameter -> `Mcp-Param-<name>` header
 
     @property
     def description(self) -> str:
@@ -100,6 +103,8 @@ def tool(
     rate_limit: float | None = None,
     max_concurrency: int | None = None,
     task_support: TaskSupport = "forbidden",
+    input_schema: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -119,6 +124,8 @@ def tool(
     rate_limit: float | None = None,
     max_concurrency: int | None = None,
     task_support: TaskSupport = "forbidden",
+    input_schema: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Any:
     """Mark a function as an MCP tool; `@tool` and `@tool(...)` both work.
 
@@ -150,6 +157,17 @@ def tool(
             "forbidden" (the default: always a normal call), "optional" (a task when the
             client declared the extension, else a normal call) or "required" (a task; a
             client without the extension gets -32021). The body is the same function.
+        input_schema: the tool's input schema as a JSON Schema document (2020-12 unless its
+            `$schema` says otherwise), served in tools/list as written instead of the one made
+            from the signature, and validated strictly before the tool runs. Its top-level
+            properties are the function's parameters, which receive the arguments by name as
+            JSON values; a parameter the schema does not require needs a default. Checked at
+            start-up: an invalid schema stops the server, naming the tool.
+        headers: parameters mirrored into HTTP headers (SEP-2243), `{"region": "Region"}`: the
+            schema says `"x-mcp-header": "Region"` on `region`, clients send its value as
+            `Mcp-Param-Region` too (so a gateway can route on it), and a 2026-07-28 request
+            whose header is missing or disagrees with the argument is refused (HTTP 400, -32020).
+            Only str, int and bool parameters; names of letters, digits and `-`.
     """
     if read_only and side_effect:
         raise TypeError("a tool cannot be both read_only and side_effect: choose one")
@@ -171,6 +189,14 @@ def tool(
         raise TypeError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
     if task_support not in TASK_SUPPORTS:
         raise TypeError(f"task_support must be one of {', '.join(TASK_SUPPORTS)}, got {task_support!r}")
+    if input_schema is not None and not isinstance(input_schema, Mapping):
+        kind = type(input_schema).__name__
+        raise TypeError(f"input_schema must be a JSON Schema object (a dict), got {kind}")
+    if headers is not None and not (
+        isinstance(headers, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
+    ):
+        raise TypeError('headers must map parameter names to header names, e.g. {"region": "Region"}')
     if reconcile is not None and not side_effect:
         raise TypeError("reconcile is for side_effect=True tools: only they have keys in doubt")
 
@@ -191,6 +217,8 @@ def tool(
             rate_limit=rate_limit,
             max_concurrency=max_concurrency,
             task_support=task_support,
+            input_schema=input_schema,
+            headers=dict(headers or {}),
         )
         setattr(fn, SPEC_ATTRIBUTE, spec)
         return fn

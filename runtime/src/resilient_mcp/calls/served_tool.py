@@ -28,6 +28,7 @@ from resilient_mcp.authoring.errors import TransientError
 from resilient_mcp.authoring.outcomes import Failure
 from resilient_mcp.authoring.tool import ToolSpec
 from resilient_mcp.calls.entrypoints import entrypoint
+from resilient_mcp.calls.input_schema import DeclaredSchemaValidator, mirror_headers, served_declared_schema
 from resilient_mcp.calls.result_size import fit_result
 from resilient_mcp.calls.validation import ArgumentValidator, harden_schema, without_titles
 from resilient_mcp.sdk_fence import convert_to_content, output_adapter
@@ -36,7 +37,7 @@ from resilient_mcp.sdk_fence import convert_to_content, output_adapter
 @dataclass(frozen=True)
 class ServedTool:
     spec: ToolSpec
-    validator: ArgumentValidator
+    validator: ArgumentValidator | DeclaredSchemaValidator
     tool: Tool
     # Nothing comes between a side-effecting call's claim and its body (an async function
     # whose parameters the client is not asked for first): the claim records the start.
@@ -119,6 +120,7 @@ def build_tool(spec: ToolSpec, *, strict: bool) -> tuple[Tool, ServedTool]:
     """The SDK Tool for a spec (schema hardened when strict) and what the seam needs to serve it.
 
     Advertised schemas lose pydantic's generated titles: they cost bytes on every tools/list.
+    A schema the owner declared is served as written (`calls.input_schema`).
     """
     tool = Tool.from_function(
         entrypoint(spec),
@@ -127,13 +129,19 @@ def build_tool(spec: ToolSpec, *, strict: bool) -> tuple[Tool, ServedTool]:
         description=spec.description,
         annotations=spec.annotations(),
     )
-    tool.parameters = without_titles(tool.parameters)
-    if strict:
-        tool.parameters = harden_schema(tool.parameters)
+    validator: ArgumentValidator | DeclaredSchemaValidator
+    if spec.input_schema is not None:  # the owner's own schema: served as written, validated as such
+        tool.parameters = mirror_headers(served_declared_schema(spec), spec)
+        validator = DeclaredSchemaValidator(tool.parameters, tool.fn_metadata)
+    else:
+        tool.parameters = without_titles(tool.parameters)
+        if strict:
+            tool.parameters = harden_schema(tool.parameters)
+        tool.parameters = mirror_headers(tool.parameters, spec)
+        validator = ArgumentValidator(tool.parameters, tool.fn_metadata, strict=strict)
     if spec.output_schema is not None:  # read live by tools/list (Tool.output_schema)
         tool.fn_metadata.output_schema = dict(spec.output_schema)
     elif tool.fn_metadata.output_schema is not None:
         tool.fn_metadata.output_schema = without_titles(tool.fn_metadata.output_schema)
-    validator = ArgumentValidator(tool.parameters, tool.fn_metadata, strict=strict)
     start_with_claim = inspect.iscoroutinefunction(spec.fn) and not tool.resolved_params
     return tool, ServedTool(spec, validator, tool, start_with_claim)

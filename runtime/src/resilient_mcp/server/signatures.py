@@ -2,10 +2,11 @@
 
 A tool's arguments are one JSON object of named, typed fields, described by its docstring: a
 `*args` would become a required string named `args`, an unannotated parameter a string, a
-missing docstring a tool the model cannot choose, and an `idempotency_key` on a tool without
-`side_effect=True` a key that protects nothing. A prompt's arguments are named strings: only
-its variadic and positional-only parameters cannot be filled. (Resources: the SDK already refuses
-parameters that are not the URI template's.)
+missing docstring a tool the model cannot choose, an `idempotency_key` on a tool without
+`side_effect=True` a key that protects nothing, and a declared `input_schema` that is not valid
+JSON Schema or does not list the function's parameters a tool no call could reach. A prompt's
+arguments are named strings: only its variadic and positional-only parameters cannot be filled.
+(Resources: the SDK already refuses parameters that are not the URI template's.)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.authoring.primitives import PromptSpec
 from resilient_mcp.authoring.tool import ToolSpec
+from resilient_mcp.calls.input_schema import declared_schema_problems
 from resilient_mcp.store import KEY_ARGUMENT
 
 Problem = tuple[str, str]  # what is wrong, how to fix it
@@ -25,6 +27,10 @@ _NAMED = "replace *args and **kwargs with named parameters (the arguments are on
 _POSITIONAL_ONLY = "drop the `/`: the arguments arrive by name"
 _ANNOTATE = "annotate every parameter (`city: str`: the type is its schema; the context is `ctx: Context`)"
 _DOCSTRING = "add a docstring: it is the tool's description, what the model reads to choose it"
+_SCHEMA = (
+    "make input_schema a valid JSON Schema (2020-12) of type object whose top-level properties are the "
+    "function's parameters, with defaults for those it does not require"
+)
 _KEY = "add side_effect=True to its @tool(...) so a call runs once per key, or rename the parameter"
 
 
@@ -46,6 +52,7 @@ def _tool_problems(spec: ToolSpec) -> list[Problem]:
         problems.append(("has no docstring", _DOCSTRING))
     if not spec.side_effect and KEY_ARGUMENT in inspect.signature(spec.fn).parameters:
         problems.append((f"takes {KEY_ARGUMENT} without side_effect=True", _KEY))
+    problems += [(problem, _SCHEMA) for problem in declared_schema_problems(spec)]
     return problems
 
 
