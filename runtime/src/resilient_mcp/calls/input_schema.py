@@ -16,17 +16,13 @@ import inspect
 import itertools
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from jsonschema import exceptions as schema_errors
-from jsonschema.protocols import Validator
-from jsonschema.validators import Draft202012Validator, validator_for
 from mcp.server.mcpserver.resolve import find_resolved_parameters
 from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.shared.inbound import X_MCP_HEADER_KEY, find_invalid_x_mcp_header
 from pydantic import BaseModel, TypeAdapter
-from referencing.exceptions import Unresolvable
 
 from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.authoring.tool import ToolSpec
@@ -34,6 +30,13 @@ from resilient_mcp.calls.entrypoints import IdempotencyKey
 from resilient_mcp.calls.validation import unknown_arguments_message
 from resilient_mcp.store import KEY_ARGUMENT
 from resilient_mcp.telemetry.text import clip
+
+if TYPE_CHECKING:
+    from jsonschema import exceptions as schema_errors
+    from jsonschema.protocols import Validator
+
+# jsonschema (and referencing, rpds) load only for a tool that declares a schema: importing them
+# costs more start-up CPU than the rest of this room, and most servers declare none.
 
 _SHOWN_CHARS = 40  # of a value quoted in a message
 _MAX_ERRORS = 5
@@ -50,6 +53,9 @@ def declared_schema_problems(spec: ToolSpec) -> list[str]:
         json.dumps(schema, allow_nan=False)
     except (TypeError, ValueError):
         return ["has an input_schema that is not plain JSON (dicts, lists, strings, numbers, booleans, null)"]
+    from jsonschema import exceptions as schema_errors
+    from jsonschema.validators import Draft202012Validator, validator_for
+
     try:
         validator_for(schema, default=Draft202012Validator).check_schema(dict(schema))
     except schema_errors.SchemaError as exc:
@@ -133,6 +139,8 @@ class DeclaredSchemaValidator:
     def __init__(self, schema: dict[str, Any], metadata: FuncMetadata) -> None:
         self.schema = schema
         self.metadata = metadata
+        from jsonschema.validators import Draft202012Validator, validator_for
+
         self._validator: Validator = validator_for(schema, default=Draft202012Validator)(schema)
         fields = metadata.arg_model.model_fields
         self._field_names = {field.alias or name: name for name, field in fields.items()}
@@ -142,6 +150,9 @@ class DeclaredSchemaValidator:
 
         The function receives the JSON values as they came: the schema is the one check.
         """
+        from jsonschema import exceptions as schema_errors
+        from referencing.exceptions import Unresolvable
+
         try:
             # At most _MAX_FOUND: a huge wrong argument costs no more than the first few of its errors.
             found = list(itertools.islice(self._validator.iter_errors(arguments), _MAX_FOUND + 1))
