@@ -368,7 +368,8 @@ def test_mcpb_bundle_is_validated_and_packed_by_the_mcpb_cli(
     assert (manifest["manifest_version"], manifest["server"]["type"]) == ("0.4", "uv")
     # The icon the server serves (a PNG, which `mcpb validate` checked), its homepage, and what it
     # tells the model as the long description.
-    assert manifest["icon"] == f"src/{chosen['package_name']}/icon.png" and manifest["icon"] in names
+    assert manifest["icon"] == f"src/{chosen['package_name']}/icon.png"
+    assert manifest["icon"] in names
     assert manifest.get("homepage", "") == chosen["repository_url"]
     instructions = (project / "src" / chosen["package_name"] / "instructions.md").read_text(encoding="utf-8")
     assert manifest["long_description"] == instructions.strip()
