@@ -115,7 +115,8 @@ def mcpb(session: nox.Session) -> None:
     """The MCP bundle for desktop clients: dist/<slug>-<version>.mcpb (manifest 0.4, `uv` server type).
 
     Only what uv needs to install the server goes in (pyproject.toml, README, LICENSE, src/), with
-    mcpb/manifest.json at the version pyproject.toml says; the mcpb CLI (npx) validates and packs it.
+    mcpb/manifest.json at the version pyproject.toml says and the server's instructions.md as its
+    long description; the mcpb CLI (npx) validates and packs it (the icon: src/<package>/icon.png).
     """
     version = PROJECT["version"]
     stage = Path("build", "mcpb")
@@ -126,6 +127,11 @@ def mcpb(session: nox.Session) -> None:
             shutil.copy2(name, stage / name)
     manifest = json.loads(Path("mcpb", "manifest.json").read_text(encoding="utf-8"))
     manifest["version"] = version
+    # What the server tells the model is the bundle's long description, as the server reads it now.
+    instructions = Path(manifest["server"]["entry_point"]).with_name("instructions.md")
+    text = instructions.read_text(encoding="utf-8").strip() if instructions.is_file() else ""
+    if text:
+        manifest["long_description"] = text
     (stage / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     bundle = Path("dist", f"{PROJECT['name']}-{version}.mcpb")
     bundle.parent.mkdir(exist_ok=True)

@@ -128,6 +128,13 @@ def test_server_json_is_a_valid_mcp_registry_entry(rendered_project: RenderedPro
     owner = chosen["repository_url"].split("/")[3] if chosen["repository_url"] else "example-author"
     assert server["name"] == f"io.github.{owner}/{chosen['project_slug']}"
     assert server.get("repository", {}).get("url", "") == chosen["repository_url"]
+    # Who the server says it is: its website, and the icon it serves, by the URL the registry needs.
+    assert server.get("websiteUrl", "") == chosen["repository_url"]
+    icon = f"src/{chosen['package_name']}/icon.png"
+    assert (project / icon).read_bytes().startswith(b"\x89PNG")
+    raw = chosen["repository_url"].replace("https://github.com/", "https://raw.githubusercontent.com/")
+    expected_icons = [{"src": f"{raw}/HEAD/{icon}", "mimeType": "image/png"}] if raw else None
+    assert server.get("icons") == expected_icons
     pypi, oci = server["packages"]
     assert (pypi["registryType"], pypi["identifier"]) == ("pypi", chosen["project_slug"])
     assert pypi["transport"] == {"type": "stdio"}
@@ -359,6 +366,14 @@ def test_mcpb_bundle_is_validated_and_packed_by_the_mcpb_cli(
     assert {"manifest.json", "pyproject.toml", "README.md", f"src/{chosen['package_name']}/cli.py"} <= names
     assert not {name for name in names if name.startswith(("tests/", "benchmarks/", ".venv/"))}
     assert (manifest["manifest_version"], manifest["server"]["type"]) == ("0.4", "uv")
+    # The icon the server serves (a PNG, which `mcpb validate` checked), its homepage, and what it
+    # tells the model as the long description.
+    assert manifest["icon"] == f"src/{chosen['package_name']}/icon.png"
+    assert manifest["icon"] in names
+    assert manifest.get("homepage", "") == chosen["repository_url"]
+    instructions = (project / "src" / chosen["package_name"] / "instructions.md").read_text(encoding="utf-8")
+    assert manifest["long_description"] == instructions.strip()
+    assert chosen["project_name"] in manifest["long_description"]
     assert manifest["version"] == version
     settings = manifest["server"]["mcp_config"]["env"]
     assert all(name.startswith(prefix) for name in settings)

@@ -27,6 +27,7 @@ SAMPLE_TOOLS = HERE / "sample_tools"
 NOISY_TOOLS = HERE / "noisy_tools"
 HTTP_TOOLS = HERE / "http_tools"
 LAUNCHER = HERE / "launch_with_tools.py"
+SAMPLE_PACKAGE = HERE / "sample_project" / "src" / PACKAGE  # its instructions.md and icon.png
 
 # Tests of what only one of the project's backends does (SAMPLE_PROJECT_BACKEND picks it); the
 # store's own tests run on both backends in either variant.

@@ -20,6 +20,7 @@ from mcp.server.mcpserver import MCPServer
 
 from resilient_mcp.calls.entrypoints import entrypoint
 from resilient_mcp.commands.budget import (
+    INSTRUCTIONS_ROW,
     Budget,
     BudgetReport,
     assert_within_budget,
@@ -37,7 +38,7 @@ from resilient_mcp.server.startup import load_settings
 from sample_server import tools as project_tools
 from sample_server.project import PACKAGE, STRICT_ARGUMENTS, TOOL_BUDGET, TOOL_LIST_BYTES_BUDGET
 from sample_server.settings import Settings
-from support import ANSWER_TIMEOUT_S, StdioSession, server_argv
+from support import ANSWER_TIMEOUT_S, SAMPLE_PACKAGE, StdioSession, server_argv
 
 pytestmark = pytest.mark.anyio
 
@@ -161,9 +162,20 @@ async def test_tools_list_is_no_larger_than_the_bare_sdks_plus_health_check(
 ) -> None:
     # The core's sample tools, not tools/: what an owner declares is the budget table's business.
     server = make_server()
-    ours = (await measure(server, Budget.chosen_at_copy())).total_bytes
+    ours = measure_tools(await server.list_tools(), Budget.chosen_at_copy()).total_bytes
     bare = await bare_sdk_list_bytes(server)
     assert ours <= bare + HEALTH_CHECK_ALLOWANCE, f"{ours} bytes against {bare} for the bare SDK"
+
+
+async def test_the_instructions_count_in_the_byte_budget(make_server: Callable[..., ResilientServer]) -> None:
+    server = make_server()
+    report = await measure(server, Budget.chosen_at_copy())
+    [row] = [entry for entry in report.others if entry.name == INSTRUCTIONS_ROW]
+    text = (SAMPLE_PACKAGE / "instructions.md").read_text(encoding="utf-8").strip()
+    assert row.bytes == len(json.dumps(text, ensure_ascii=False).encode())  # as the handshake carries it
+    tools_only = measure_tools(await server.list_tools(), Budget.chosen_at_copy()).total_bytes
+    assert report.total_bytes == tools_only + row.bytes
+    assert any(re.match(rf"{INSTRUCTIONS_ROW} +{row.bytes} ", line) for line in report.table().splitlines())
 
 
 async def test_annotations_say_only_what_differs_from_the_specs_defaults(
@@ -291,12 +303,13 @@ def test_hidden_characters_in_parameter_names_and_descriptions_are_found() -> No
 async def test_budget_measures_what_the_server_sends(subprocess_env: dict[str, str]) -> None:
     report = await measure(create_server(load_settings(Settings), project_tools), Budget.chosen_at_copy())
     with StdioSession(server_argv("serve"), env=subprocess_env) as session:
-        open_session(session, LEGACY, timeout=ANSWER_TIMEOUT_S)
+        handshake = open_session(session, LEGACY, timeout=ANSWER_TIMEOUT_S)
         response = session.request("tools/list")
         session.close()
     result = response["result"]
     sent = json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode()
-    assert report.total_bytes == len(sent)
+    instructions = json.dumps(handshake["result"]["instructions"], ensure_ascii=False).encode()
+    assert report.total_bytes == len(sent) + len(instructions), "tools/list and the instructions, as sent"
     sizes = {tool["name"]: len(json.dumps(tool, separators=(",", ":")).encode()) for tool in result["tools"]}
     assert {tool.name: tool.bytes for tool in report.tools} == sizes
     output_sizes = {
@@ -407,6 +420,7 @@ async def test_resources_and_prompts_count_in_the_byte_budget_and_are_checked_li
     tools_only = measure_tools(await server.list_tools(), Budget.chosen_at_copy())
 
     entries = {entry.name: entry for entry in report.others}
+    instructions = entries.pop(INSTRUCTIONS_ROW).bytes  # the project's, beside these lists
     assert set(entries) == {"resource notes://index", "template notes://{note_id}", "prompt summarise"}
     listed = [
         {
@@ -431,7 +445,9 @@ async def test_resources_and_prompts_count_in_the_byte_budget_and_are_checked_li
     sizes = [
         len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()) for payload in listed
     ]
-    assert report.total_bytes == tools_only.total_bytes + sum(sizes), "every list's bytes, as sent"
+    assert report.total_bytes == tools_only.total_bytes + sum(sizes) + instructions, (
+        "every list's bytes, as sent"
+    )
     assert len(report.tools) == len(tools_only.tools), "max_tools counts tools only"
     assert entries["resource notes://index"].problems == (
         "no description: the docstring is what the model reads",

@@ -28,7 +28,7 @@ from resilient_mcp.commands.contract import (
 from resilient_mcp.server.app import OwnerCode
 from sample_server.project import SLUG
 from sample_server.settings import Settings
-from support import server_argv
+from support import SAMPLE_PACKAGE, server_argv
 
 HEADER = """
 from typing import Annotated, Literal
@@ -602,3 +602,16 @@ def test_the_command_writes_the_contract_at_the_project_root(
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
     assert f"wrote {tmp_path / 'contract.json'}: commit it" in accepted.stdout
     assert "health_check" in json.loads((tmp_path / "contract.json").read_text())["tools"]
+
+
+def test_the_instructions_are_recorded_linted_and_a_change_is_compatible(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    surface = build_surface(owner(tmp_path, monkeypatch, "i", m=WEATHER))
+    assert surface["instructions"] == (SAMPLE_PACKAGE / "instructions.md").read_text(encoding="utf-8").strip()
+    changed = {**surface, "instructions": "Prefer forecast.\u200b"}
+    assert compare(surface, changed).compatible == ["the instructions changed (19 bytes now)"]
+    assert lint(changed) == [
+        "instructions has hidden character U+200B ZERO WIDTH SPACE: "
+        "remove it (it is invisible to a reviewer, not to the model)"
+    ]

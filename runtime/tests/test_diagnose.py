@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -25,8 +26,8 @@ from resilient_mcp.commands.diagnose import (
     MODERN,
 )
 from resilient_mcp.commands.diagnose.progress import PROGRESS_AFTER_S, Progress
-from sample_server.project import ENV_PREFIX
-from support import ANSWER_TIMEOUT_S, free_port, http_server, server_argv, server_env
+from sample_server.project import DESCRIPTION, ENV_PREFIX, WEBSITE_URL
+from support import ANSWER_TIMEOUT_S, SAMPLE_PACKAGE, free_port, http_server, server_argv, server_env
 
 V1_SERVER = """
 from mcp.server.fastmcp import FastMCP
@@ -139,6 +140,12 @@ def test_the_project_server_is_healthy_in_both_eras(subprocess_env: dict[str, st
     assert report["server_exit_code"] == 0
     assert report["server_info"]["name"]
     assert "health_check" in report["tools"]
+    # Who the server says it is: description, website, the icon (shortened) and the instructions' size.
+    info = report["server_info"]
+    assert (info["description"], info["websiteUrl"]) == (DESCRIPTION, WEBSITE_URL)
+    assert [(icon["mimeType"], icon["sizes"]) for icon in info["icons"]] == [("image/png", ["64x64"])]
+    assert re.fullmatch(r"data:image/png;base64,\.\.\. \(\d+ characters\)", info["icons"][0]["src"])
+    assert report["instructions_bytes"] == len((SAMPLE_PACKAGE / "instructions.md").read_bytes().strip())
     assert report["tool_count"] == len(report["tools"])
     assert report["tools_list_bytes"] > 0
     assert report["health_check"]["status"] == "ok"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client, MCPError
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
@@ -218,9 +219,14 @@ def sample(metrics: str, name: str, **labels: str) -> float:
 
 
 def calls_then_scrape(
-    data_dir: Path, calls: list[tuple[str, dict[str, Any]]], host: str = "127.0.0.1", **settings: str
+    data_dir: Path,
+    calls: list[tuple[str, dict[str, Any]]],
+    host: str = "127.0.0.1",
+    refused: tuple[dict[str, Any], ...] = (),
+    **settings: str,
 ) -> tuple[str, str]:
-    """A stdio server with METRICS=true on a free port: these calls answered, then /metrics; and stderr."""
+    """A stdio server with METRICS=true on a free port: these calls answered (and the `refused`
+    tools/call params answered with a JSON-RPC error), then /metrics; and stderr."""
     port = free_port()
     env = server_env(data_dir=str(data_dir), metrics="true", metrics_address=f"{host}:{port}", **settings)
     with StdioSession(server_argv(extra_tools=SAMPLE_TOOLS), env=env) as session:
@@ -228,6 +234,10 @@ def calls_then_scrape(
         for name, arguments in calls:
             params = with_envelope(LEGACY, {"name": name, "arguments": arguments})
             assert "result" in session.request("tools/call", params, timeout=ANSWER_TIMEOUT_S)
+        for params in refused:
+            assert "error" in session.request(
+                "tools/call", with_envelope(LEGACY, params), timeout=ANSWER_TIMEOUT_S
+            )
         metrics = scrape(port)
         assert session.close() == 0, session.stderr_tail()
         return metrics, session.stderr_text()
@@ -247,7 +257,8 @@ def test_metrics_count_a_known_mix_of_calls(data_dir: Path) -> None:
         ("charge_then_fail", {**charge, "failure": "bug", "idempotency_key": "k2"}),  # in_doubt
         ("no_such_tool_x", {}),
     ]
-    metrics, stderr = calls_then_scrape(data_dir, mix)
+    # A tools/call without a name: the client's mistake (-32602), not the server's error.
+    metrics, stderr = calls_then_scrape(data_dir, mix, refused=({"arguments": {}},))
     assert "metrics_listener_not_loopback" not in stderr
     # One call a minute at most (a bucket of one token): the second echo is refused. On all
     # interfaces, as set explicitly: served, with a warning.
@@ -275,6 +286,15 @@ def test_metrics_count_a_known_mix_of_calls(data_dir: Path) -> None:
     duration = "mcp_server_operation_duration_seconds"
     ok_echo = {"mcp_method_name": "tools/call", "gen_ai_tool_name": "echo", "error_type": ""}
     assert sample(metrics, duration + "_count", **ok_echo) == 2
+    # The semantic conventions' attributes: the era, stdio as a pipe, and a JSON-RPC error's code.
+    era_and_pipe = {
+        "mcp_protocol_version": LEGACY,
+        "network_transport": "pipe",
+        "rpc_response_status_code": "",
+    }
+    assert sample(metrics, duration + "_count", **ok_echo, **era_and_pipe) == 2
+    refused = {"gen_ai_tool_name": "_OTHER", "rpc_response_status_code": "-32602", "error_type": ""}
+    assert sample(metrics, duration + "_count", mcp_method_name="tools/call", **refused) == 1
     assert sample(metrics, duration + "_count", gen_ai_tool_name="echo", error_type="tool_error") == 1
     assert (
         sample(metrics, duration + "_count", gen_ai_tool_name="charge_then_fail", error_type="tool_error")
@@ -291,6 +311,26 @@ def test_metrics_count_a_known_mix_of_calls(data_dir: Path) -> None:
     assert sample(limited, calls, gen_ai_tool_name="echo", mcp_tool_category="ok") == 1
     assert_shipped_queries_name_exposed_metrics(metrics + limited, lambda name: not is_task_metric(name))
     assert_promtool_accepts(metrics, limited)
+
+
+@pytest.mark.anyio
+async def test_the_call_duration_over_http_in_the_2026_era_names_it_and_tcp(data_dir: Path) -> None:
+    port = free_port()
+    env = server_env(data_dir=str(data_dir), metrics="true", metrics_address=f"127.0.0.1:{port}")
+    with http_server(env, extra_tools=SAMPLE_TOOLS) as (url, _):
+        async with Client(url, mode="auto") as client:
+            assert not (await client.call_tool("echo", {"text": "a"})).is_error
+            with pytest.raises(MCPError) as unknown:
+                await client.read_resource("notes://nowhere")
+        metrics = scrape(port)
+    duration = "mcp_server_operation_duration_seconds_count"
+    modern_tcp = {"mcp_protocol_version": MODERN, "network_transport": "tcp"}
+    ok = {"gen_ai_tool_name": "echo", "rpc_response_status_code": "", "error_type": ""}
+    assert sample(metrics, duration, mcp_method_name="tools/call", **modern_tcp, **ok) == 1
+    # An unknown resource is the client's mistake: its code is recorded, not as the server's error.
+    assert unknown.value.error.code == -32602  # invalid params, since SEP-2164
+    not_found = {"rpc_response_status_code": "-32602", "error_type": ""}
+    assert sample(metrics, duration, mcp_method_name="resources/read", **modern_tcp, **not_found) == 1
 
 
 def is_task_metric(name: str) -> bool:
@@ -398,7 +438,9 @@ def test_metrics_count_reads_prompt_gets_and_completions_like_tool_calls(data_di
 
 
 @needs_promtool
-def test_the_alert_rules_pass_promtool_and_fire_on_keys_in_doubt_and_dropped_lines(tmp_path: Path) -> None:
+def test_the_alert_rules_pass_promtool_and_fire_on_keys_in_doubt_dropped_lines_and_server_errors(
+    tmp_path: Path,
+) -> None:
     rules = tmp_path / "prometheus-alerts.yml"
     rules.write_text(rendered_for_the_sample_project(ALERT_RULES), encoding="utf-8")
     checked = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, check=False)
@@ -430,19 +472,44 @@ def test_the_alert_rules_pass_promtool_and_fire_on_keys_in_doubt_and_dropped_lin
             " to a file or a collector that keeps up.",
         },
     }
+    # prompts/get: 1 in 10 a server error (-32603); resources/read: all unknown URIs, the client's.
+    requests = "mcp_server_operation_duration_seconds_count"
+    server_errors = [
+        {"series": f'{requests}{{job="mcp", mcp_method_name="prompts/get"}}', "values": "0+9x30"},
+        {
+            "series": f'{requests}{{job="mcp", mcp_method_name="prompts/get", error_type="-32603", '
+            'rpc_response_status_code="-32603"}',
+            "values": "0+1x30",
+        },
+        {
+            "series": f'{requests}{{job="mcp", mcp_method_name="resources/read", '
+            'rpc_response_status_code="-32602"}',
+            "values": "0+10x30",
+        },
+    ]
+    failing = {
+        "exp_labels": {"severity": "warning", "job": "mcp", "mcp_method_name": "prompts/get"},
+        "exp_annotations": {
+            "summary": "prompts/get fails 10% of its requests",
+            "description": "More than 5% of these requests were answered with a JSON-RPC error of the "
+            "server's own (error_type is its code) for 10 minutes; invalid params or an unknown method do "
+            "not count. The server's log has the reason.",
+        },
+    }
     tests = {
         "rule_files": [str(rules)],
         "evaluation_interval": "1m",
         "tests": [
             {
                 "interval": "1m",
-                "input_series": [in_doubt_from_minute_one, dropped_in_minute_three],
+                "input_series": [in_doubt_from_minute_one, dropped_in_minute_three, *server_errors],
                 "alert_rule_test": [
                     {"eval_time": "5m", "alertname": "McpKeysInDoubt", "exp_alerts": []},
                     {"eval_time": "15m", "alertname": "McpKeysInDoubt", "exp_alerts": [fired]},
                     {"eval_time": "2m", "alertname": "McpLogLinesDropped", "exp_alerts": []},
                     {"eval_time": "5m", "alertname": "McpLogLinesDropped", "exp_alerts": [dropped]},
                     {"eval_time": "25m", "alertname": "McpLogLinesDropped", "exp_alerts": []},
+                    {"eval_time": "20m", "alertname": "McpRequestErrorRatioHigh", "exp_alerts": [failing]},
                 ],
             }
         ],

@@ -22,7 +22,8 @@ class Project:
     package: str  # import name: its `tools` package and `settings.Settings` are the owner's code
     env_prefix: str  # every setting is `<env_prefix><FIELD>`
     display_name: str = ""
-    description: str = ""
+    description: str = ""  # served in serverInfo, with the package's instructions.md and icon.png
+    website_url: str = ""  # the project's homepage, served in serverInfo (empty: none)
     idempotency_backend: Backend = "sqlite"
     strict_arguments: bool = True
     tool_budget: int = 10  # most tools, and the tools/list bytes they may take

@@ -3,6 +3,8 @@
 Resources and prompts cost it too, where a client lists them for the model: their
 resources/list, resources/templates/list and prompts/list bytes count in the same byte
 budget (not in `max_tools`), and each is checked for a description and hidden characters.
+So do the server's instructions (the package's instructions.md), which clients give the
+model in every conversation: one more row, checked for hidden characters.
 
 Measures the server's tools/list in memory, as the SDK serialises it, and checks it
 against the budget chosen at `copier copy` (the `tool_budget` answer), or against a
@@ -40,6 +42,7 @@ from resilient_mcp.server.startup import write_fatal
 if TYPE_CHECKING:
     from resilient_mcp.server.app import OwnerCode
 
+INSTRUCTIONS_ROW: Final = "instructions"  # the budget table's row for the server's instructions
 BYTES_PER_TOKEN: Final = 4  # a rough rule for English text and JSON; tokenizers differ
 EXIT_WITHIN_BUDGET: Final = 0
 EXIT_OVER_BUDGET: Final = 1
@@ -191,6 +194,11 @@ async def measure(server: MCPServer[Any], budget: Budget | None = None) -> Budge
         for wire in wires
     )
     extra = sum(_size({key: wires}) for key, wires in lists.items() if wires)
+    if server.instructions:
+        instructions = ToolCost(
+            INSTRUCTIONS_ROW, _size(server.instructions), tuple(hidden_characters(server.instructions))
+        )
+        others, extra = (*others, instructions), extra + instructions.bytes
     return replace(report, others=others, total_bytes=report.total_bytes + extra)
 
 

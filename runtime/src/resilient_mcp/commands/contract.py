@@ -1,24 +1,24 @@
 """The tool contract: what clients rely on, recorded in contract.json and gated in CI.
 
-`<command> contract` takes the surface the server declares, as its lists send it
-(tools/list, resources/list, resources/templates/list, prompts/list: names, schemas,
-annotations, descriptions), with each tool's `side_effect`, `scopes` and `task_support`
-(when not "forbidden"), which the wire does not show, and writes it to contract.json at the
-project root: sorted, the same bytes on every run, owned and committed by the project. It
-does not write over a change that breaks clients unless given `--accept`.
+`<command> contract` takes the surface the server declares, as its lists send it (tools/list,
+resources/list, resources/templates/list, prompts/list: names, schemas, annotations,
+descriptions) and the instructions its handshake sends, with each tool's `side_effect`,
+`scopes` and `task_support` (when not "forbidden"), which the wire does not show, and writes it
+to contract.json at the project root: sorted, the same bytes on every run, owned and committed
+by the project. It does not write over a change that breaks clients unless given `--accept`.
 
-`--check` (`nox -s contract`, CI) writes nothing over a recorded contract. It fails on a
-change that breaks clients (a tool, resource or prompt removed or renamed, a new required
-argument, a narrowed type, a tightened bound, a lost read-only or idempotent hint, a changed
-`side_effect`, a new scope, a tool that runs only as a task now) until the change is accepted,
-and on the description lint; compatible changes (a new tool, a new optional argument, a new
-description) are reported and pass. Where no contract.json exists yet (a new project, whose
-CI runs before its owner made one), it writes the first one, lints, and passes saying to
+`--check` (`nox -s contract`, CI) writes nothing over a recorded contract. It fails on a change
+that breaks clients (a tool, resource or prompt removed or renamed, a new required argument, a
+narrowed type, a tightened bound, a lost read-only or idempotent hint, a changed `side_effect`,
+a new scope, a tool that runs only as a task now) until the change is accepted, and on the
+description lint; compatible changes (a new tool, a new optional argument, a new description,
+changed instructions) are reported and pass. Where no contract.json exists yet (a new project,
+whose CI runs before its owner made one), it writes the first one, lints, and passes saying to
 commit it (on GitHub Actions also as a warning on the run): a first push is not a broken build.
 
-The lint is deterministic: a tool, parameter, resource or prompt without a description,
-a description too long, hidden characters, and a fixed list of phrases that tell the
-model to ignore other tools or the user.
+The lint is deterministic: a tool, parameter, resource or prompt without a description, a
+description too long, hidden characters (in the instructions too), and a fixed list of phrases
+that tell the model to ignore other tools or the user.
 
 Exit 0 when nothing fails, 1 otherwise, 2 on a usage error or an unreadable
 contract.json, 78 when the server cannot be built.
@@ -39,7 +39,14 @@ from typing import TYPE_CHECKING, Any, Final
 from pydantic import BaseModel
 
 from resilient_mcp.authoring.errors import EXIT_FATAL_AT_STARTUP, FatalError
-from resilient_mcp.commands.budget import _texts, listed_problems, tool_problems, visible, wire_json
+from resilient_mcp.commands.budget import (
+    _texts,
+    hidden_characters,
+    listed_problems,
+    tool_problems,
+    visible,
+    wire_json,
+)
 from resilient_mcp.project import this_project
 from resilient_mcp.server.startup import write_fatal
 
@@ -55,6 +62,7 @@ EXIT_USAGE: Final = 2
 EXIT_FATAL: Final = EXIT_FATAL_AT_STARTUP  # the server cannot be built: its own start-up code
 
 # Each list of the surface, keyed by what identifies an entry to a client.
+SERVER_INSTRUCTIONS: Final = "instructions"  # the handshake's, from the package's instructions.md
 KINDS: Final = {"tools": "name", "resources": "uri", "resourceTemplates": "uriTemplate", "prompts": "name"}
 LABELS: Final = {
     "tools": "tool",
@@ -126,6 +134,8 @@ async def declared_surface(server: ResilientServer) -> dict[str, Any]:
     for kind, items in listed.items():
         wires = [item.model_dump(by_alias=True, exclude_none=True, mode="json") for item in items]
         surface[kind] = {wire.pop(KINDS[kind]): wire for wire in wires}
+    if server.instructions:  # recorded so a review sees what the model is told; absent when none
+        surface[SERVER_INSTRUCTIONS] = server.instructions
     return surface
 
 
@@ -177,7 +187,17 @@ def compare(recorded: Mapping[str, Any], live: Mapping[str, Any]) -> Changes:
         for key in sorted(old.keys() & new.keys()):
             if old[key] != new[key]:
                 _compare_entry(kind, f"{label} {visible(key)!r}", old[key], new[key], changes)
+    if recorded.get(SERVER_INSTRUCTIONS) != live.get(
+        SERVER_INSTRUCTIONS
+    ):  # guidance, not an interface: never a break
+        changes.compatible.append(
+            f"the {SERVER_INSTRUCTIONS} changed ({_size(live.get(SERVER_INSTRUCTIONS))} bytes now)"
+        )
     return changes
+
+
+def _size(text: object) -> int:
+    return len(text.encode()) if isinstance(text, str) else 0
 
 
 def _compare_entry(
@@ -459,6 +479,8 @@ def lint(surface: Mapping[str, Any]) -> list[str]:
             found += _too_long(wire, kind == "tools")
             found += _instructions(wire, kind == "tools")
             problems += [f"{label} {visible(key)!r}: {problem}: {_fix(problem)}" for problem in found]
+    found = hidden_characters(str(surface.get(SERVER_INSTRUCTIONS) or ""))
+    problems += [f"{SERVER_INSTRUCTIONS} {problem}: {_fix(problem)}" for problem in found]
     return problems
 
 

@@ -21,7 +21,7 @@ from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.calls.fatal_exit import FatalExit
 from resilient_mcp.calls.shutdown import STOP_SIGNALS
 from resilient_mcp.sdk_fence import lowlevel_server_of
-from resilient_mcp.server.otel import Telemetry, start_telemetry
+from resilient_mcp.server.otel import Telemetry, Transport, start_telemetry
 from resilient_mcp.server.resilient_server import ResilientServer
 from resilient_mcp.server.startup import exit_fatal
 from resilient_mcp.stdio.guard import ProtocolPipes
@@ -33,7 +33,7 @@ async def serve_stdio(server: ResilientServer, pipes: ProtocolPipes, *, handle_s
 
     `handle_sigint=False` leaves SIGINT to the caller (in a terminal, Ctrl+C exits at once).
     """
-    telemetry = _start_telemetry(server)
+    telemetry = _start_telemetry(server, "pipe")
     await server.open_dependencies()
     server.fatal_exit = fatal_exit = FatalExit()
     shutdown = server.shutdown
@@ -59,7 +59,7 @@ async def serve_http(server: ResilientServer, host: str, port: int) -> None:
     from resilient_mcp.http.app import serve_http as serve_http_app
 
     check_http_settings(server, host, port)  # before any dependency opens: exit 78
-    telemetry = _start_telemetry(server)
+    telemetry = _start_telemetry(server, "tcp")
     await server.open_dependencies()
     server.fatal_exit = FatalExit(grace_s=1.0)
     try:
@@ -70,10 +70,10 @@ async def serve_http(server: ResilientServer, host: str, port: int) -> None:
     server.shutdown.finished()
 
 
-def _start_telemetry(server: ResilientServer) -> Telemetry | None:
+def _start_telemetry(server: ResilientServer, transport: Transport) -> Telemetry | None:
     """Exporters and the metrics listener, when configured; exit 78 if they cannot start."""
     try:
-        telemetry = start_telemetry(server)
+        telemetry = start_telemetry(server, transport)
     except FatalError as exc:
         exit_fatal(exc)
     server.telemetry = telemetry

@@ -22,6 +22,7 @@ from resilient_mcp.sdk_fence import drop_sdk_spans
 from resilient_mcp.server.cache_hints import cache_hints
 from resilient_mcp.server.discovery import discover_primitives, discover_resources, discover_tools
 from resilient_mcp.server.health_tool import make_health_tool
+from resilient_mcp.server.identity import server_identity
 from resilient_mcp.server.otel import sdk_spans_wanted
 from resilient_mcp.server.resilient_server import ResilientServer
 from resilient_mcp.server.signatures import check_signatures
@@ -110,10 +111,15 @@ def create_server(
     check_signatures(specs, primitives.prompts)
     if any(spec.name == health.name for spec in specs):
         raise FatalError(f"a tool in tools/ is named {health.name!r}, which the core reserves", "rename it")
+    identity = server_identity(this_project())
     server = ResilientServer(
         this_project().slug,
         title=this_project().display_name,
         version=version,
+        description=identity.description,
+        instructions=identity.instructions,
+        website_url=identity.website_url,
+        icons=identity.icons,
         specs=declared_tools([health, *specs], settings, always=health.name),
         app_settings=settings,
         stats=stats,

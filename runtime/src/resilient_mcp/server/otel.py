@@ -23,15 +23,17 @@ import os
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult
+from mcp.types import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, CallToolResult
+from mcp_types.version import SUPPORTED_PROTOCOL_VERSIONS
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagate import extract
 from opentelemetry.trace import StatusCode, get_current_span
+from pydantic import ValidationError
 
 from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.authoring.outcomes import RETRYABLE
@@ -62,6 +64,14 @@ TOOL = "gen_ai.tool.name"
 CATEGORY = "mcp.tool.category"  # "ok", an error category, or "protocol_error"
 IDEMPOTENCY_OUTCOME = "mcp.idempotency.outcome"
 METHOD = "mcp.method.name"
+PROTOCOL_VERSION = "mcp.protocol.version"
+NETWORK_TRANSPORT = "network.transport"
+STATUS_CODE = "rpc.response.status_code"  # a JSON-RPC error's code, as a string
+ERROR_TYPE = "error.type"
+# The client's mistakes, answered as the protocol says: on the server side these are no errors
+# (the MCP semantic conventions): -32002 is the 2025 era's resource not found.
+NOT_SERVER_ERRORS = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, -32002})
+Transport = Literal["pipe", "tcp"]  # network.transport: stdio is a pipe, Streamable HTTP runs on TCP
 TASK_STATUS = "mcp.task.status"
 # Request methods of both eras: any other a client sends is counted as _OTHER.
 KNOWN_METHODS = frozenset(
@@ -176,7 +186,9 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def start_telemetry(server: ResilientServer, env: Mapping[str, str] = os.environ) -> Telemetry | None:
+def start_telemetry(
+    server: ResilientServer, transport: Transport, env: Mapping[str, str] = os.environ
+) -> Telemetry | None:
     """The server's telemetry, started; None when nothing asks for any. FatalError before serving."""
     settings = server.app_settings
     plan = telemetry_plan(settings.metrics, settings.metrics_address, env)
@@ -194,7 +206,7 @@ def start_telemetry(server: ResilientServer, env: Mapping[str, str] = os.environ
             f"pip install '{this_project().slug}[otel]'"
             f" (or uv pip install '{this_project().slug}[otel]'), or unset it",
         )
-    telemetry = Telemetry(server, plan)
+    telemetry = Telemetry(server, plan, transport)
     telemetry.start(env)
     return telemetry
 
@@ -217,9 +229,10 @@ def _missing_modules(plan: TelemetryPlan) -> str | None:
 class Telemetry:
     """The core's OpenTelemetry: span attributes, metric instruments, the server middleware."""
 
-    def __init__(self, server: ResilientServer, plan: TelemetryPlan) -> None:
+    def __init__(self, server: ResilientServer, plan: TelemetryPlan, transport: Transport = "pipe") -> None:
         self.server = server
         self.plan = plan
+        self.transport = transport
         self.tracing = plan.traces_otlp
         self._tracer_provider: TracerProvider | None = None
         self._meter_provider: MeterProvider | None = None
@@ -450,13 +463,17 @@ class Telemetry:
                 token = otel_context.attach(extract(headers))
         started = time.perf_counter()
         error_type: str | None = None
+        code: int | None = None
         try:
             result = await call_next(ctx)
             if ctx.method == "tools/call" and _is_tool_error(result):
                 error_type = "tool_error"
             return result
         except MCPError as exc:
-            error_type = str(exc.error.code)
+            code = exc.error.code
+            raise
+        except ValidationError:  # the SDK answers it as invalid params
+            code = INVALID_PARAMS
             raise
         except BaseException as exc:
             error_type = type(exc).__qualname__
@@ -465,17 +482,28 @@ class Telemetry:
             if token is not None:
                 otel_context.detach(token)
             if self._meters is not None and ctx.request_id is not None:
+                if code is not None and code not in NOT_SERVER_ERRORS:
+                    error_type = str(code)
                 elapsed_s = time.perf_counter() - started
-                self._meters.duration.record(elapsed_s, self._request_labels(ctx, error_type))
+                self._meters.duration.record(elapsed_s, self._request_labels(ctx, error_type, code))
 
-    def _request_labels(self, ctx: ServerRequestContext[Any, Any], error_type: str | None) -> dict[str, str]:
+    def _request_labels(
+        self, ctx: ServerRequestContext[Any, Any], error_type: str | None, code: int | None
+    ) -> dict[str, str]:
         method = ctx.method if ctx.method in KNOWN_METHODS else OTHER
-        labels = {METHOD: method}
+        version = ctx.protocol_version
+        labels = {
+            METHOD: method,
+            PROTOCOL_VERSION: version if version in SUPPORTED_PROTOCOL_VERSIONS else OTHER,
+            NETWORK_TRANSPORT: self.transport,
+        }
         if method == "tools/call":
             name = ctx.params.get("name") if ctx.params else None
             labels[TOOL] = name if isinstance(name, str) and name in self.server.served else OTHER
+        if code is not None:
+            labels[STATUS_CODE] = str(code)
         if error_type is not None:
-            labels["error.type"] = error_type
+            labels[ERROR_TYPE] = error_type
         return labels
 
 

@@ -25,7 +25,8 @@ hosts start it, so buffered stdout leaks show up here as they would there.
 
 One JSON report goes to stdout: verdict, exit_code, target, server_exit_code (after
 its stdin was closed; null when it had to be killed), first_answer_ms, handshake,
-eras (per era: ok, first_answer_ms, failure, ...), eras_ok, server_info, tool_count,
+eras (per era: ok, first_answer_ms, failure, ...), eras_ok, server_info (with its
+description, websiteUrl and icons), instructions_bytes, tool_count,
 tools_list_bytes (the largest tools/list result seen, compact JSON), health_check
 (its structured result), stdout_noise (stdout lines that are not JSON-RPC),
 stderr_tail, hints (the likely cause and the fix).

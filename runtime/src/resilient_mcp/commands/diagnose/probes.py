@@ -38,6 +38,7 @@ class EraProbe:
     first_answer_ms: int | None = None
     protocol_version: str | None = None
     server_info: dict[str, Any] | None = None
+    instructions_bytes: int | None = None
     tool_names: list[str] | None = None
     tools_list_bytes: int | None = None
     health: dict[str, Any] | None = None
@@ -95,6 +96,8 @@ def converse(
         probe.handshake = True
         probe.protocol_version = str(result.get("protocolVersion", probe.era))
         probe.server_info = _server_info(result)
+        instructions = result.get("instructions")
+        probe.instructions_bytes = len(instructions.encode()) if isinstance(instructions, str) else None
 
         step = "tools/list"
         with progress.waiting(f"the server's answer to {step} {bound}"):
@@ -167,7 +170,19 @@ def _server_info(result: Mapping[str, Any]) -> dict[str, Any] | None:
     meta = result.get("_meta")
     if info is None and isinstance(meta, dict):
         info = meta.get("io.modelcontextprotocol/serverInfo")
-    return info if isinstance(info, dict) else None
+    if not isinstance(info, dict):
+        return None
+    icons = info.get("icons")
+    if isinstance(icons, list):  # a data: URI is kilobytes of base64: its type and size say enough
+        info = {**info, "icons": [_icon_summary(icon) for icon in icons]}
+    return info
+
+
+def _icon_summary(icon: object) -> object:
+    if not isinstance(icon, dict) or not str(icon.get("src", "")).startswith("data:"):
+        return icon
+    head, _, data = str(icon["src"]).partition(",")
+    return {**icon, "src": f"{head},... ({len(data)} characters)"}
 
 
 def _health(result: Mapping[str, Any]) -> tuple[dict[str, Any], str]:

@@ -2,7 +2,9 @@
 
 Fields: verdict, exit_code, target, server_exit_code (after its stdin was closed; null
 when it had to be killed), first_answer_ms, handshake, eras (per era: ok,
-first_answer_ms, failure, ...), eras_ok, server_info, tool_count, tools,
+first_answer_ms, failure, ...), eras_ok, server_info (name, title, version, description,
+websiteUrl, icons: a `data:` icon's src shortened to its type and length), instructions_bytes
+(the size of the instructions the server sends; null: none), tool_count, tools,
 tools_list_bytes (the largest tools/list result seen, compact JSON), health_check (its
 structured result), stdout_noise (stdout lines that are not JSON-RPC), stderr_tail,
 hints (the likely cause and the fix).
@@ -188,6 +190,7 @@ class Diagnosis:
             "eras": {p.era: p.summary() for p in self.probes},
             "eras_ok": [p.era for p in self.answered],
             "server_info": first.server_info,
+            "instructions_bytes": first.instructions_bytes,
             "tool_count": len(first.tool_names) if first.tool_names is not None else None,
             "tools": first.tool_names,
             "tools_list_bytes": max(sizes) if sizes else None,

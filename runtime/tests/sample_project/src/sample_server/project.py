@@ -10,6 +10,7 @@ SLUG: Final = "sample-server"
 PACKAGE: Final = "sample_server"
 DISPLAY_NAME: Final = "Sample Server"
 DESCRIPTION: Final = "An MCP server that does not fail quietly."
+WEBSITE_URL: Final = "https://github.com/example/sample-server"
 ENV_PREFIX: Final = "SAMPLE_SERVER_"
 # SAMPLE_PROJECT_BACKEND=postgres and SAMPLE_PROJECT_STRICT=false give the other answers.
 IDEMPOTENCY_BACKEND: Final = cast(
@@ -25,6 +26,7 @@ PROJECT: Final = Project(
     env_prefix=ENV_PREFIX,
     display_name=DISPLAY_NAME,
     description=DESCRIPTION,
+    website_url=WEBSITE_URL,
     idempotency_backend=IDEMPOTENCY_BACKEND,
     strict_arguments=STRICT_ARGUMENTS,
     tool_budget=TOOL_BUDGET,
