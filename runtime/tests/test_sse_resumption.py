@@ -96,6 +96,7 @@ def resumed_answer(
                 messages.append(json.loads(event["data"]))
                 if "result" in messages[-1]:
                     break
+    assert messages and "result" in messages[-1], f"the stream ended without the answer: {messages}"
     return messages
 
 

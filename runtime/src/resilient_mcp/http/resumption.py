@@ -271,6 +271,7 @@ class SessionEvents(EventStore):
         self.caller = session_caller
         self.streams: dict[StreamId, _Stream] = {}  # the SDK's stream id: its current stream
         self.persisted = False  # postgres: some of its rows are in the database
+        self.transport: StreamableHTTPServerTransport | None = None  # the session's, once built
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         stream = self.streams.get(stream_id)
@@ -300,7 +301,13 @@ class SessionEvents(EventStore):
                 if event.message is not None:
                     message = jsonrpc_message_adapter.validate_json(event.message)
                     await send_callback(EventMessage(message, event_id(stream.key, event.seq)))
-        return None if stream.finished else stream.stream_id
+        if stream.finished:
+            return None
+        if self.transport is not None:
+            # The client left the stream it read this answer on, whether or not the server has
+            # noticed yet: the SDK forwards the rest to this request only once that one is gone.
+            self.transport.close_sse_stream(stream.stream_id)
+        return stream.stream_id
 
     def forget(self) -> None:
         self.log.forget(self)
@@ -317,6 +324,8 @@ class ResumableTransport(StreamableHTTPServerTransport):
             event_store = event_store.for_session(mcp_session_id, caller() or "")
         self.session_events = event_store if isinstance(event_store, SessionEvents) else None
         super().__init__(mcp_session_id, event_store=event_store, **kw)
+        if self.session_events is not None:
+            self.session_events.transport = self
 
     async def terminate(self) -> None:
         await super().terminate()
