@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,8 +60,8 @@ log = get_logger(__name__)
 
 MAX_STREAM_EVENTS = 256  # one answer's events (its progress notifications, its result)
 MAX_STREAM_BYTES = 4 * 1024 * 1024
-MAX_EVENTS = 20_000  # every stream's, in this process
-MAX_BYTES = 64 * 1024 * 1024
+MAX_EVENTS = 10_000  # every stream's, in this process
+MAX_BYTES = 32 * 1024 * 1024
 RETRY_MS = 1000  # the `retry` of the priming event: how soon a client reconnects
 PERSIST_AFTER_S = 1.0  # postgres: an answer still running this long is written to the database
 FLUSH_EVERY_S = 0.2  # postgres: how often the events waiting to be written are written
@@ -114,7 +114,7 @@ class EventLog(EventStore):
     own view (`for_session`). `table`: the store's events table (postgres), or None."""
 
     def __init__(self, table: Callable[[], Awaitable[EventTable]] | None = None) -> None:
-        self.streams: dict[str, _Stream] = {}  # oldest first
+        self.streams: OrderedDict[str, _Stream] = OrderedDict()  # oldest first (its first is O(1))
         self.events = 0
         self.size = 0
         self._table = table
@@ -218,8 +218,9 @@ class EventLog(EventStore):
                     table = await self.table()
                     if table is not None:
                         await table.purge()
-            except StoreUnavailableError as exc:  # kept in memory: this replica still resumes them
-                log.warning("stream_events_not_written", error=type(exc.__cause__).__name__)
+            except Exception as exc:  # kept in memory: this replica still resumes them
+                cause = exc.__cause__ if isinstance(exc, StoreUnavailableError) else exc
+                log.warning("stream_events_not_written", error=type(cause).__name__, detail=str(cause))
 
     async def flush(self) -> None:
         """Write what the streams still running after PERSIST_AFTER_S stored since the last flush."""
