@@ -120,6 +120,7 @@ class EventLog(EventStore):
         self._table = table
         self._watched: set[_Stream] = set()  # postgres: streams to write or to trim
         self._forget: list[str] = []  # postgres: sessions whose rows to delete
+        self._dropped: list[tuple[str, int]] = []  # postgres: written streams dropped whole
         self._flusher: asyncio.Task[None] | None = None
         self._unscoped = SessionEvents(self, "", "")
 
@@ -191,6 +192,8 @@ class EventLog(EventStore):
         stream.events.clear()
         stream.size = 0
         self._watched.discard(stream)
+        if stream.persistent:
+            self._dropped.append((stream.key, stream.next_seq))
         if stream.session.streams.get(stream.stream_id) is stream:
             del stream.session.streams[stream.stream_id]
 
@@ -235,6 +238,7 @@ class EventLog(EventStore):
                 if now - stream.opened_at < PERSIST_AFTER_S:
                     continue
                 stream.persistent = stream.session.persisted = True
+                stream.trimmed = stream.events[0].seq if stream.events else 0  # none before it written
             self._watched.discard(stream)
             oldest = stream.events[0].seq if stream.events else stream.next_seq
             if oldest > stream.trimmed:
@@ -257,6 +261,8 @@ class EventLog(EventStore):
                 rows[-1] = last._replace(terminal=True)  # the answer: a replay ends with it
             stream.written = stream.next_seq
         forget, self._forget = self._forget, []
+        trims += self._dropped
+        self._dropped = []
         if rows or trims or forget:
             table = await self.table()
             if table is not None:
@@ -356,18 +362,28 @@ class ReplayFromTable:
             return
         key, after = place
         whose = {"session_id": session_id, "caller": caller() or ""}
-        deadline = time.monotonic() + FIRST_ROWS_WITHIN_S  # its replica writes it a moment late
-        while (await table.after(key, after, **whose)) is None:
-            if time.monotonic() > deadline or self.sessions.is_open(session_id):
-                await self.app(scope, receive, send)  # the SDK's answer: the session is not found
-                return
-            await anyio.sleep(FLUSH_EVERY_S)
+        if not await _appears(table, key, after, whose):
+            await self.app(scope, receive, send)  # the SDK's answer: the session is not found
+            return
         log.info("stream_resumed_from_table", session=session_id[:8])
         response = EventSourceResponse(
             _tail(table, key, after, whose),
             headers={"Cache-Control": "no-cache, no-transform", MCP_SESSION_ID_HEADER: session_id},
         )
         await response(scope, receive, send)
+
+
+async def _appears(table: EventTable, key: str, after: int, whose: dict[str, str]) -> bool:
+    """Whether the stream is in the database, or gets there as soon as its replica writes it."""
+    deadline = time.monotonic() + FIRST_ROWS_WITHIN_S
+    try:
+        while (await table.after(key, after, **whose)) is None:
+            if time.monotonic() > deadline:
+                return False
+            await anyio.sleep(FLUSH_EVERY_S)
+    except StoreUnavailableError:
+        return False
+    return True
 
 
 async def _tail(
