@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
+import psycopg
 import pytest
 from mcp.server.streamable_http import EventMessage
 from mcp.types import JSONRPCNotification, JSONRPCResponse
@@ -18,6 +19,7 @@ from mcp.types import JSONRPCNotification, JSONRPCResponse
 from http_support import INITIALIZE, shared_server_env
 from resilient_mcp.http import resumption
 from resilient_mcp.http.resumption import EventLog
+from sample_server.project import ENV_PREFIX
 from support import ANSWER_TIMEOUT_S, HERE, http_server, postgres_project
 
 TOOLS = HERE / "resumption_tools"
@@ -133,9 +135,15 @@ def test_an_answer_is_resumed_on_another_replica_from_the_database(
     ):
         last = call_until_progress(http, url_a, headers, release)
         messages = resumed_answer(http, url_b, headers, last, release)  # the load balancer's choice
+        with psycopg.connect(env[f"{ENV_PREFIX}DATABASE_URL"]) as db:
+            written = db.execute(
+                "SELECT DISTINCT stream_key FROM mcp_stream_events WHERE session_id = %s",
+                (headers["Mcp-Session-Id"],),
+            ).fetchall()
     answer = JSONRPCResponse.model_validate(messages[-1])
     assert (answer.id, answer.result["content"][0]["text"]) == (7, "released by release")
     assert len(messages) == 1
+    assert written == [(last.rpartition("-")[0],)]  # the held answer only: initialize's was done at once
 
 
 @pytest.mark.anyio
