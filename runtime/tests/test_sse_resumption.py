@@ -103,6 +103,7 @@ def resumed_answer(
     return messages
 
 
+@pytest.mark.answers_independent_postgres  # the postgres run, whose replica test shares its server
 @pytest.mark.network
 def test_an_answer_whose_stream_dropped_is_resumed_with_last_event_id(
     replica: tuple[str, dict[str, str]], tmp_path: Path
