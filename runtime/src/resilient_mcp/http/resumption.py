@@ -69,6 +69,7 @@ PURGE_EVERY_S = 300.0  # postgres: how often rows left by replicas that died are
 # Another replica's answer: how long to wait for its first rows, and how often to look for more.
 FIRST_ROWS_WITHIN_S = PERSIST_AFTER_S + 5 * FLUSH_EVERY_S
 POLL_S = (0.1, 1.0)  # from, doubling up to
+MAX_WAITING = 32  # reconnects waiting for another replica's first rows at once; more look once
 
 
 @dataclass(eq=False, slots=True)
@@ -348,6 +349,7 @@ class ReplayFromTable:
         self.app = app
         self.sessions = sessions
         self.log = log
+        self.waiting = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "GET":
@@ -362,7 +364,13 @@ class ReplayFromTable:
             return
         key, after = place
         whose = {"session_id": session_id, "caller": caller() or ""}
-        if not await _appears(table, key, after, whose):
+        patience = FIRST_ROWS_WITHIN_S if self.waiting < MAX_WAITING else 0.0  # made-up ids cost little
+        self.waiting += 1
+        try:
+            found = await _appears(table, key, after, whose, patience)
+        finally:
+            self.waiting -= 1
+        if not found:
             await self.app(scope, receive, send)  # the SDK's answer: the session is not found
             return
         log.info("stream_resumed_from_table", session=session_id[:8])
@@ -373,9 +381,10 @@ class ReplayFromTable:
         await response(scope, receive, send)
 
 
-async def _appears(table: EventTable, key: str, after: int, whose: dict[str, str]) -> bool:
-    """Whether the stream is in the database, or gets there as soon as its replica writes it."""
-    deadline = time.monotonic() + FIRST_ROWS_WITHIN_S
+async def _appears(table: EventTable, key: str, after: int, whose: dict[str, str], patience: float) -> bool:
+    """Whether the stream is in the database, or gets there within `patience` seconds (its
+    replica writes it a moment after the answer began)."""
+    deadline = time.monotonic() + patience
     try:
         while (await table.after(key, after, **whose)) is None:
             if time.monotonic() > deadline:
