@@ -243,7 +243,7 @@ def response_in(payload: bytes, content_type: str, request_id: int | None) -> An
     if content_type.startswith("application/json"):
         return json.loads(payload)
     for line in payload.split(b"\n"):
-        if line.startswith(b"data:"):
+        if line.startswith(b"data:") and line[5:].strip():  # not the priming event's empty data
             message = json.loads(line[5:])
             if isinstance(message, dict) and message.get("id") == request_id:
                 return message

@@ -32,6 +32,7 @@ SESSION_ID = "Mcp-Session-Id"
 VARYING_HEADERS = {"date", "content-length", "mcp-session-id"}
 PING_TIME = re.compile(r"^: ping - .*$")  # sse-starlette's ping says when it was sent
 CORRELATION_ID = re.compile(r"\b[0-9a-f]{16}\b")  # in messages too ("... under correlation id ...")
+PRIMING = "id: *-0\r\ndata: \r\nretry: 1000"  # the first event of a 2025-11-25 answer, its stream key masked
 Answer = tuple[int, str, Any, tuple[str, ...]]  # status, content type, body as compared, header names
 Headers = list[tuple[str, str]]
 
@@ -82,10 +83,17 @@ def comparable(content_type: str, text: str) -> Any:
         return text
     if content_type.startswith("text/event-stream"):
         events = [chunk for chunk in text.split("\r\n\r\n") if chunk]
-        return [_masked(json.loads(e.split("data: ", 1)[1]) if "data: " in e else e) for e in events]
+        return [_masked(_message_or_event(e)) for e in events]
     if content_type.startswith("application/json"):
         return _masked(json.loads(text))
     return text
+
+
+def _message_or_event(event: str) -> Any:
+    """An SSE event's JSON-RPC message; the event itself when it carries none (a ping, or the
+    priming event that opens a 2025-11-25 answer: its id, empty data and `retry`)."""
+    data = [line.removeprefix("data: ") for line in event.split("\r\n") if line.startswith("data: ")]
+    return json.loads(data[0]) if data and data[0] else event
 
 
 def _masked(value: Any) -> Any:
@@ -242,7 +250,7 @@ def test_a_call_quiet_past_the_ping_interval_keeps_its_stream_alive_as_the_sdks_
     assert answers["core"] == answers["sdk"]
     status, kind, events, _ = answers["core"]
     assert (status, kind.split(";")[0]) == (200, "text/event-stream")
-    assert events[0] == ": ping"
+    assert events[:2] == [PRIMING, ": ping"]
     assert events[-1]["result"]["content"][0]["text"] == "quiet for 16 s"
 
 
@@ -305,7 +313,8 @@ def test_a_2025_call_with_progress_has_its_notifications_before_its_answer(
         }
     )
     _, _, events, _ = both(servers, body, legacy_headers(), sessions)["core"]
-    assert [event.get("method") for event in events] == [
+    assert events[0] == PRIMING  # resumable: the client learns its first event id at once
+    assert [event.get("method") for event in events[1:]] == [
         "notifications/progress",
         "notifications/progress",
         None,
@@ -342,5 +351,5 @@ def test_a_2025_answer_quiet_past_the_ping_interval_is_kept_alive_as_the_sdks_is
     answers = both(servers, body, legacy_headers(), sessions)
     assert answers["core"] == answers["sdk"]
     _, _, events, _ = answers["core"]
-    assert events[0] == ": ping"
+    assert events[:2] == [PRIMING, ": ping"]
     assert events[-1]["result"]["content"][0]["text"] == "quiet for 17 s"

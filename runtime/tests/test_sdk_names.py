@@ -204,3 +204,23 @@ def test_sse_starlette_still_has_what_the_answer_stream_uses_and_the_sdk_still_a
         assert vars(streamable_http)["EventSourceResponse"] is Mine
     finally:
         _sdk.answer_posts_with(EventSourceResponse)
+
+
+def test_the_session_manager_still_builds_its_transports_by_the_name_it_imported() -> None:
+    from mcp.server import streamable_http_manager
+    from mcp.server.streamable_http import StreamableHTTPServerTransport
+
+    assert vars(streamable_http_manager)["StreamableHTTPServerTransport"] is StreamableHTTPServerTransport
+
+    class Mine(StreamableHTTPServerTransport):
+        pass
+
+    _sdk.build_session_transports_with(Mine)
+    try:
+        manager = streamable_http_manager.StreamableHTTPSessionManager(
+            _sdk.lowlevel_server_of(MCPServer("names"))
+        )
+        assert isinstance(manager._admit_session(None), Mine)  # how it opens a session
+        assert all(isinstance(transport, Mine) for transport in _sdk.session_transports(manager).values())
+    finally:
+        _sdk.build_session_transports_with(StreamableHTTPServerTransport)

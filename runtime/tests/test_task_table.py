@@ -373,11 +373,12 @@ async def test_a_schema_3_table_gains_the_tasks_table_when_opened(
     await before.claim(TOOL, "k", key_fp, 60.0)
     await before.complete(TOOL, "k", RESULT)
     await before.close()
-    # What a release of schema 3 left: every table but mcp_tasks.
+    # What a release of schema 3 left: every table but mcp_tasks (and those of later schemas).
     execute(
         backend,
         store_target,
         "DROP TABLE mcp_tasks",
+        "DROP TABLE mcp_stream_events",
         "DELETE FROM idempotency_schema_version",
         "INSERT INTO idempotency_schema_version (version) VALUES (3)",
     )

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import mcp.server.streamable_http as session_transport
+import mcp.server.streamable_http_manager as session_manager_module
 import uvicorn
 from mcp.server import _streamable_http_modern as modern_entry
 from mcp.server._otel import OpenTelemetryMiddleware
@@ -36,6 +37,7 @@ __all__ = [
     "H11_PROTOCOL_ATTRIBUTES",
     "MODERN_ENTRY_NAMES",
     "answer_posts_with",
+    "build_session_transports_with",
     "claim_anyio_worker_thread",
     "collapse_excgroups",
     "connection_of",
@@ -161,6 +163,14 @@ def session_manager_state(manager: StreamableHTTPSessionManager) -> tuple[bool, 
 def answer_posts_with(response_class: type[EventSourceResponse]) -> None:
     """The class the SDK's session transport builds its SSE streams with (the name it imported)."""
     setattr(session_transport, "EventSourceResponse", response_class)  # noqa: B010
+
+
+def build_session_transports_with(
+    transport_class: type[session_transport.StreamableHTTPServerTransport],
+) -> None:
+    """The class the SDK's session manager builds each session's transport with (the name it
+    imported); a subclass, called as the manager calls it."""
+    setattr(session_manager_module, "StreamableHTTPServerTransport", transport_class)  # noqa: B010
 
 
 def forget_captured_signals(server: uvicorn.Server) -> None:

@@ -39,16 +39,24 @@ from resilient_mcp.http.modern_exchange import ModernExchange
 from resilient_mcp.http.oauth import oauth_verifier
 from resilient_mcp.http.probes import add_probes
 from resilient_mcp.http.refusals import gate_tool_calls
+from resilient_mcp.http.resumption import RETRY_MS, EventLog, ReplayFromTable, ResumableTransport
 from resilient_mcp.http.scope_step_up import scope_step_up
 from resilient_mcp.http.sessions import SdkSessions, SessionAdmission
 from resilient_mcp.http.slow_clients import BodyReadTimeout, allow_descriptors, bounded_h11
-from resilient_mcp.sdk_fence import answer_posts_with, forget_captured_signals, set_token_verifier
+from resilient_mcp.project import this_project
+from resilient_mcp.sdk_fence import (
+    answer_posts_with,
+    build_session_transports_with,
+    forget_captured_signals,
+    set_token_verifier,
+)
 from resilient_mcp.server.readiness import Readiness
 from resilient_mcp.server.startup import exit_fatal
 from resilient_mcp.telemetry.logs import get_logger
 
 if TYPE_CHECKING:
     from resilient_mcp.server.resilient_server import ResilientServer
+    from resilient_mcp.store.event_table import EventTable
 
 log = get_logger(__name__)
 MCP_PATH = "/mcp"
@@ -139,9 +147,13 @@ def build_app(server: ResilientServer, host: str, is_draining: Callable[[], bool
     readiness = Readiness(server.health_checks)
     security = transport_security(settings, host)
     add_probes(server, readiness, is_draining, security)
+    # Sessions keep every answer's events, so a dropped stream resumes (stateless: the SDK has none).
+    events = None if settings.http_stateless else resumable_answers(server)
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         stateless_http=settings.http_stateless,
+        event_store=events,
+        retry_interval=RETRY_MS if events is not None else None,
         max_request_body_size=settings.max_request_bytes,
         session_idle_timeout=settings.session_idle_timeout_s,
         max_sessions=settings.max_sessions,
@@ -149,7 +161,7 @@ def build_app(server: ResilientServer, host: str, is_draining: Callable[[], bool
         host=host,
     )
     manager = server.session_manager
-    if not settings.http_stateless:
+    if events is not None:
         around_sdk_app(
             app,
             manager,
@@ -161,6 +173,10 @@ def build_app(server: ResilientServer, host: str, is_draining: Callable[[], bool
                 idle_s=settings.session_idle_timeout_s,
             ),
         )
+        if events.shared:  # a stream of a session open on another replica, from the database
+            around_sdk_app(
+                app, manager, lambda sdk_app: ReplayFromTable(sdk_app, SdkSessions(manager), events)
+            )
     if settings.http_exchange == "core":  # inside the sessions' bounds: it serves no session
         max_body = settings.max_request_bytes
         around_sdk_app(app, manager, lambda sdk_app: ModernExchange(sdk_app, manager, max_body))
@@ -170,6 +186,18 @@ def build_app(server: ResilientServer, host: str, is_draining: Callable[[], bool
         app, path=MCP_PATH, limits=server.limits, tools=server.limited_spec, step_up=scope_step_up(server)
     )
     return BodyReadTimeout(readiness.around(app), settings.http_read_timeout_s)
+
+
+def resumable_answers(server: ResilientServer) -> EventLog:
+    """The sessions' event store: in memory, and with postgres in the database too."""
+    build_session_transports_with(ResumableTransport)
+    if this_project().idempotency_backend != "postgres":
+        return EventLog()
+
+    async def table() -> EventTable:
+        return (await server.store.get()).stream_events
+
+    return EventLog(table)
 
 
 def around_sdk_app(

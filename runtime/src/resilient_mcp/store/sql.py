@@ -25,7 +25,7 @@ import anyio
 import structlog
 
 from resilient_mcp.authoring.errors import ClaimLostError, FatalError, StoreUnavailableError
-from resilient_mcp.store import task_table
+from resilient_mcp.store import event_table, task_table
 from resilient_mcp.store.dialect import Dialect, Params, Session, Transaction
 from resilient_mcp.store.instances import HeartbeatThread, Instance, OwnerRow, owner_gone_reason
 from resilient_mcp.store.rules import (
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 _log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 PURGE_EVERY_S = 60.0
 CHECK_TIMEOUT_S = 5.0
 CLAIM_ATTEMPTS = 5  # a row deleted between our INSERT and SELECT: insert again
@@ -166,6 +166,8 @@ class Statements:
             _caller_in_primary_key(d),
             # Durable tasks, in the same database (task_table.py).
             task_table.migration(d),
+            # Answer streams a client may resume on another replica (event_table.py).
+            event_table.migration(d),
         )
         self.schema_lock = d.schema_lock and c(d.schema_lock)
         self.sweep_lock = d.sweep_lock and c(d.sweep_lock)
@@ -362,6 +364,7 @@ class SQLStore(IdempotencyStore):
     dialect: ClassVar[Dialect]
     sql: ClassVar[Statements]
     task_sql: ClassVar[task_table.TaskStatements]
+    event_sql: ClassVar[event_table.EventStatements]
 
     def __init__(
         self,
@@ -375,6 +378,7 @@ class SQLStore(IdempotencyStore):
         self.heartbeat_s = heartbeat_s
         self.me = Instance.new(heartbeat_s)
         self.tasks = task_table.TaskTable(self._session, self.task_sql, self.me.instance_id)
+        self.stream_events = event_table.EventTable(self._session, self.event_sql)
         self._heartbeat: HeartbeatThread | None = None
         self._opened = False
         self._last_purge = 0.0
@@ -384,6 +388,7 @@ class SQLStore(IdempotencyStore):
         if "dialect" in cls.__dict__:
             cls.sql = Statements(cls.dialect)
             cls.task_sql = task_table.TaskStatements(cls.dialect)
+            cls.event_sql = event_table.EventStatements(cls.dialect)
 
     # --- what a backend provides ------------------------------------------------
 

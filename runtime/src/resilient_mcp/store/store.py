@@ -10,6 +10,7 @@ from resilient_mcp.authoring.outcomes import failure
 
 if TYPE_CHECKING:
     from resilient_mcp.authoring.checks import HealthStatus
+    from resilient_mcp.store.event_table import EventTable
     from resilient_mcp.store.task_table import TaskTable
 
 ClaimKind = Literal["new", "replay", "conflict_arguments", "in_progress", "in_doubt", "legacy"]
@@ -74,6 +75,7 @@ class IdempotencyStore(ABC):
 
     ttl_s: float
     tasks: TaskTable  # durable tasks, in the same database (task_table.py)
+    stream_events: EventTable  # answer streams a client may resume elsewhere (event_table.py)
     # Whether a claim records the body's start itself when nothing comes between them. Worth
     # it where a start mark costs what a claim does (a durable commit each, on PostgreSQL); not
     # where the mark is far cheaper than the claim's fsync (SQLite): a server killed during that

@@ -1,0 +1,1 @@
+"""Tools for the resumption tests, joined to tools/ by launch_with_tools.py."""
