@@ -204,7 +204,8 @@ class ResilientServer(MCPServer[Any]):
         else:
             read = self.bounds.within(method, functools.partial(MCPServer.read_resource, self, uri, context))
         skill_uris = (skill.uri for skill in skills.catalog.skills) if skills is not None else ()
-        known = itertools.chain((spec.uri for spec in self.primitives.resources), skill_uris)  # read if unknown
+        # Read only for an unknown URI.
+        known = itertools.chain((spec.uri for spec in self.primitives.resources), skill_uris)
         fatal = self._fatal_after(context)
         answer = answered(method, target, read, uri=target, known_uris=known, on_fatal=fatal)
         return await self.bounds.counted(method, answer)
