@@ -109,7 +109,9 @@ def create_server(
     specs = discover_tools(tools_package)
     primitives = discover_primitives(tools_package)
     check_signatures(specs, primitives.prompts)
-    skills = load_catalog(skills_folder(tools_package.__file__))  # src/<package>/skills, beside tools/
+    skills = load_catalog(
+        skills_folder(getattr(tools_package, "__file__", None))
+    )  # src/<package>/skills, beside tools/
     if any(spec.name == health.name for spec in specs):
         raise FatalError(f"a tool in tools/ is named {health.name!r}, which the core reserves", "rename it")
     server = ResilientServer(
