@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from mcp import Client
 
 import sample_server
@@ -26,6 +27,7 @@ from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.commands.diagnose import MODERN, open_session, with_envelope
 from resilient_mcp.server.resilient_server import ResilientServer
 from resilient_mcp.skills.catalog import MAX_FILE_BYTES, load_catalog
+from resilient_mcp.skills.frontmatter import parse_frontmatter
 from support import ANSWER_TIMEOUT_S, StdioSession, server_argv, server_env
 from test_startup import assert_one_fatal_line
 
@@ -179,6 +181,27 @@ def test_a_malformed_skill_is_named_with_what_to_fix(
     assert raised.value.fix, "the line says what to do next"
     for fragment in fragments:
         assert fragment in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "name: tidy\ndescription: Tidies notes, lists and drafts. Use it when asked to clean up.",
+        "name: tidy\n\ndescription: It's the one   \nlicense: Apache-2.0",
+        "name: tidy\ndescription: first\ndescription: last",
+    ],
+)
+def test_plain_frontmatter_lines_read_as_yaml_reads_them(text: str) -> None:
+    assert parse_frontmatter(text) == yaml.safe_load(text)
+
+
+def test_frontmatter_values_are_what_a_yaml_1_2_reader_gets(tmp_path: Path) -> None:
+    manifest = GOOD.format(name="tidy").replace(
+        "---\n\n", "metadata:\n  reviewed: 2026-01-31\n  public: yes\n  strict: true\n  count: 3\n---\n\n"
+    )
+    (skill,) = load_catalog(write_skills(tmp_path / "skills", {"tidy/SKILL.md": manifest})).skills
+    metadata = {"reviewed": "2026-01-31", "public": "yes", "strict": True, "count": 3}
+    assert skill.frontmatter == {"name": "tidy", "description": "Does one thing well.", "metadata": metadata}
 
 
 def test_a_malformed_skill_stops_start_up_with_one_fatal_line(tmp_path: Path) -> None:

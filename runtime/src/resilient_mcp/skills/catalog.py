@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.skills.frontmatter import FrontmatterError, parse_frontmatter
 
 SCHEME = "skill://"
 MANIFEST = "SKILL.md"
@@ -259,21 +260,14 @@ def _json_like(value: object) -> bool:
 
 
 def _parse_yaml(text: str, path: Path) -> object:
-    import yaml  # only a project with skills pays for it, at start-up
-
-    from resilient_mcp.skills.frontmatter_yaml import JsonYamlLoader
-
     try:
-        parsed = yaml.load(text, Loader=JsonYamlLoader)  # a safe loader, see its module
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" (line {where.line + 2})" if where is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
+        return parse_frontmatter(text)
+    except FrontmatterError as exc:
+        line = f" (line {exc.line + 1})" if exc.line is not None else ""  # the file's: after its ---
         raise FatalError(
-            f"{path}: frontmatter is not valid YAML{line}: {problem}",
+            f"{path}: frontmatter is not valid YAML{line}: {exc.problem}",
             'fix it, quoting values that hold a colon (description: "...")',
         ) from None
-    return parsed
 
 
 def _mime_type(relative: str, data: bytes) -> str:
