@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.skills.frontmatter import FrontmatterError, parse_frontmatter
@@ -52,10 +53,6 @@ class SkillFile:
     size: int
     digest: str  # sha256:<64 lowercase hex>
     mime_type: str
-
-    @property
-    def name(self) -> str:
-        return self.path.name
 
     def manifest_entry(self) -> dict[str, Any]:
         return {"uri": self.uri, "digest": self.digest, "size": self.size}
@@ -120,7 +117,7 @@ def load_catalog(folder: Path | None) -> SkillCatalog:
         for entry in folder.iterdir()
         if not entry.name.startswith(".")
         and entry.name not in _NOT_SKILLS
-        and (entry.is_dir() or entry.is_symlink())
+        and entry.is_dir()  # a linked folder too: refused in `_load_skill`
     )
     if not skill_folders:
         return SkillCatalog()
@@ -164,7 +161,7 @@ def _load_skill(folder: Path) -> Skill:
             )
         files.append(
             SkillFile(
-                uri=f"{SCHEME}{name}/{relative}",
+                uri=f"{SCHEME}{name}/{quote(relative, safe='/')}",  # a space or `#` percent-encoded
                 path=path.resolve(),
                 size=len(data),
                 digest=digest_of(data),
@@ -305,14 +302,14 @@ def _directories(skills: tuple[Skill, ...]) -> dict[str, tuple[dict[str, Any], .
                 here = f"{parent}/{part}"
                 children.setdefault(parent, {})[here] = {
                     "uri": here,
-                    "name": part,
+                    "name": unquote(part),
                     "mimeType": DIRECTORY_MIME_TYPE,
                 }
                 children.setdefault(here, {})
                 parent = here
             children[parent][file.uri] = {
                 "uri": file.uri,
-                "name": parts[-1],
+                "name": unquote(parts[-1]),
                 "mimeType": file.mime_type,
                 "size": file.size,
             }
