@@ -98,8 +98,16 @@ from {PACKAGE}.tools.weather import forecast_url
 def test_forecast_url_asks_for_the_city() -> None:
     assert forecast_url("Lisbon") == "https://weather.example.com/forecast?city=Lisbon"
 '''
+SKILL = """---
+name: greeting-style
+description: Greet visitors warmly with greet. Use when someone arrives.
+---
+
+Call `greet` with the visitor's name.
+"""
 OWNER_FILES = {
     f"src/{PACKAGE}/tools/greetings.py": GREETINGS,
+    f"src/{PACKAGE}/skills/greeting-style/SKILL.md": SKILL,
     f"src/{PACKAGE}/tools/weather.py": WEATHER,
     "tests/tools/conftest.py": CONFTEST,
     "tests/tools/test_greetings.py": TEST_GREETINGS,
@@ -128,6 +136,7 @@ OWNER_TESTS = [
 def make_it_mine(project: Path) -> None:
     """Apply every owner edit to a freshly generated project."""
     for relpath, text in OWNER_FILES.items():
+        (project / relpath).parent.mkdir(parents=True, exist_ok=True)  # skills/<name>/ is new
         (project / relpath).write_text(text, encoding="utf-8")
     for relpath in DELETED_EXAMPLE:
         (project / relpath).unlink()

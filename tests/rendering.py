@@ -32,7 +32,13 @@ def library_requirement(backend: str) -> str:
 
 
 # The owner's files: copier update never touches them ({pkg} is the package name).
-OWNER_OWNED = ("src/{pkg}/tools/*", "src/{pkg}/settings.py", "tests/tools/*", "README.md")
+OWNER_OWNED = (
+    "src/{pkg}/tools/*",
+    "src/{pkg}/skills/*/*",  # a skill's files; skills/README.md is the template's until edited
+    "src/{pkg}/settings.py",
+    "tests/tools/*",
+    "README.md",
+)
 
 # Never part of a rendered tree: made by running the project, not by copier.
 NOT_RENDERED = {

@@ -305,11 +305,15 @@ async def test_budget_measures_what_the_server_sends(subprocess_env: dict[str, s
     with StdioSession(server_argv("serve"), env=subprocess_env) as session:
         handshake = open_session(session, LEGACY, timeout=ANSWER_TIMEOUT_S)
         response = session.request("tools/list")
+        resources = session.request("resources/list")["result"]["resources"]  # its skill's SKILL.md
         session.close()
     result = response["result"]
     sent = json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode()
     instructions = json.dumps(handshake["result"]["instructions"], ensure_ascii=False).encode()
-    assert report.total_bytes == len(sent) + len(instructions), "tools/list and the instructions, as sent"
+    listed = json.dumps({"resources": resources}, separators=(",", ":"), ensure_ascii=False).encode()
+    others = ["resource skill://note-taking/SKILL.md", "instructions"]
+    assert [other.name for other in report.others] == others
+    assert report.total_bytes == len(sent) + len(instructions) + len(listed), "tools/list, resources, instructions"
     sizes = {tool["name"]: len(json.dumps(tool, separators=(",", ":")).encode()) for tool in result["tools"]}
     assert {tool.name: tool.bytes for tool in report.tools} == sizes
     output_sizes = {

@@ -90,6 +90,7 @@ async def test_resources_are_listed_and_read_and_their_failures_are_categorised(
         "books://catalogue",
         "books://doomed",
         "books://watched",
+        "skill://note-taking/SKILL.md",  # the stand-in project's skill, served beside them
     ]
     assert templates == ["books://{book_id}/title", "books://slow/{seconds}", "books://held/{name}"]
     assert isinstance(text, TextResourceContents)

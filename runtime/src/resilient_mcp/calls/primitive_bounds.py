@@ -34,6 +34,9 @@ _WHAT = {
     "resources/read": "the resource read",
     "prompts/get": "the prompt",
     "completion/complete": "the completion",
+    "skills/list": "the skills listing",
+    "skills/get": "the skill",
+    "resources/directory/read": "the directory read",
 }
 # The methods bounded like a tool call that name no tool: only the server-wide limits apply.
 BOUNDED_METHODS = frozenset(_WHAT)

@@ -28,6 +28,7 @@ from resilient_mcp.server.resilient_server import ResilientServer
 from resilient_mcp.server.signatures import check_signatures
 from resilient_mcp.server.startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
 from resilient_mcp.server.tool_filter import declared_tools
+from resilient_mcp.skills.catalog import load_catalog, skills_folder
 from resilient_mcp.store import StoreHandle, create_store
 from resilient_mcp.store.task_table import TaskStatus
 from resilient_mcp.telemetry.logs import configure_logging, get_logger
@@ -109,6 +110,9 @@ def create_server(
     specs = discover_tools(tools_package)
     primitives = discover_primitives(tools_package)
     check_signatures(specs, primitives.prompts)
+    skills = load_catalog(
+        skills_folder(getattr(tools_package, "__file__", None))
+    )  # src/<package>/skills, beside tools/
     if any(spec.name == health.name for spec in specs):
         raise FatalError(f"a tool in tools/ is named {health.name!r}, which the core reserves", "rename it")
     identity = server_identity(this_project())
@@ -127,6 +131,7 @@ def create_server(
         resources=resources,
         health_checks=checks,
         primitives=primitives,
+        skills=skills,
         lifespan=resources.sdk_lifespan,
         strict=this_project().strict_arguments if strict is None else strict,
         request_state_security=request_state_security(settings),

@@ -7,14 +7,16 @@ this module is the SDK's wiring: the tools registered, the seam, the dependencie
 closed. Serving it over stdio or HTTP is `commands.serve`'s.
 
 Resources, prompts and completions pass through `calls.primitive_calls` from the public
-`read_resource` and `get_prompt` overrides; the 2025-11-25 methods MCPServer leaves
-unserved (`logging/setLevel`, `resources/subscribe`) come from `server.handshake_era`.
+`read_resource` and `get_prompt` overrides, as the owner's skills do (`skills.extension`); the
+2025-11-25 methods MCPServer leaves unserved (`logging/setLevel`, `resources/subscribe`) come
+from `server.handshake_era`.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+import itertools
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from mcp.server.context import ServerRequestContext
@@ -49,6 +51,8 @@ from resilient_mcp.calls.tool_call import CallTelemetry, ToolCalls
 from resilient_mcp.sdk_fence import lowlevel_server_of, subscriptions_of
 from resilient_mcp.server.handshake_era import HandshakeEraMethods
 from resilient_mcp.server.startup import exit_fatal
+from resilient_mcp.skills.catalog import SkillCatalog
+from resilient_mcp.skills.extension import SkillsExtension
 from resilient_mcp.store import StoreHandle
 from resilient_mcp.store.task_table import TaskRow
 from resilient_mcp.tasks.extension import TasksExtension
@@ -77,18 +81,22 @@ class ResilientServer(MCPServer[Any]):
         resources: Resources | None = None,
         health_checks: Mapping[str, HealthCheck] | None = None,
         primitives: Primitives | None = None,
+        skills: SkillCatalog | None = None,
         **kwargs: Any,
     ) -> None:
         built = [build_tool(spec, strict=strict) for spec in specs]
         # Advertised only when a tool can run as a task: a server without one answers as before.
         tasks = TasksExtension() if any(spec.task_support != "forbidden" for spec in specs) else None
         tasks_2025 = HandshakeEraTasks(tasks) if tasks is not None else None  # the same tasks, in 2025-11-25
+        # Advertised only when skills/ holds a skill: a server without one answers as before.
+        self.skills = SkillsExtension(skills, app_settings) if skills is not None and skills.skills else None
+        extensions = [extension for extension in (tasks, self.skills) if extension is not None]
         # The middleware times each call from the SDK's validation of it to its answer built.
         super().__init__(
             name,
             tools=[tool for tool, _ in built],
             middleware=[time_tool_calls] if tasks_2025 is None else [time_tool_calls, tasks_2025.middleware],
-            extensions=[tasks] if tasks is not None else None,
+            extensions=extensions or None,
             **kwargs,
         )
         self.served = {served.spec.name: served for _, served in built}
@@ -113,6 +121,8 @@ class ResilientServer(MCPServer[Any]):
             tasks.bind(self.tool_calls, self.tasks, self._request_context)
         # Reads, gets and completions within the same limits, counted where tool calls are.
         self.bounds = PrimitiveBounds(limits=self.limits, stats=stats, timeout_s=app_settings.tool_timeout_s)
+        if self.skills is not None:
+            self.skills.bind(self.bounds)
         self.primitives = primitives or Primitives()
         self.strict = strict
         self.prompts = register(self, self.primitives, self.bounds)
@@ -186,10 +196,18 @@ class ResilientServer(MCPServer[Any]):
     ) -> Iterable[ReadResourceContents] | InputRequiredResult:
         """A resource read through the core: categorised failures, an unknown URI as -32602."""
         method = "resources/read"
-        read = self.bounds.within(method, functools.partial(MCPServer.read_resource, self, uri, context))
-        known = (spec.uri for spec in self.primitives.resources)  # read only for an unknown URI
+        skills, target = self.skills, str(uri)
+        skill_file = skills.file(target) if skills is not None else None
+        read: Callable[[], Awaitable[Iterable[ReadResourceContents] | InputRequiredResult]]
+        if skills is not None and skill_file is not None:  # a skill's file, listed or not
+            read = self.bounds.within(method, functools.partial(skills.read, skill_file))
+        else:
+            read = self.bounds.within(method, functools.partial(MCPServer.read_resource, self, uri, context))
+        skill_uris = (skill.uri for skill in skills.catalog.skills) if skills is not None else ()
+        # Read only for an unknown URI.
+        known = itertools.chain((spec.uri for spec in self.primitives.resources), skill_uris)
         fatal = self._fatal_after(context)
-        answer = answered(method, str(uri), read, uri=str(uri), known_uris=known, on_fatal=fatal)
+        answer = answered(method, target, read, uri=target, known_uris=known, on_fatal=fatal)
         return await self.bounds.counted(method, answer)
 
     async def get_prompt(
