@@ -41,6 +41,7 @@ it); --keep-stderr shows them. Over stdio they go to a pipe that is read and dro
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -54,7 +55,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -329,28 +330,51 @@ def line_write_cost(lines: int = 1000, busy_s: float = 0.0002) -> dict[str, floa
     """CPU of this process, in us, to write one line of a call's size (190 bytes) while it is busy,
     as a serving loop is: into a pipe whose reader, another process, sleeps until a line comes (as
     an MCP host's does), and into the null device. The difference is the reader's wake-up, which
-    each call's line pays on this machine whatever the server does."""
+    each call's line pays on this machine whatever the server does.
+
+    The line's own cost, as serving writes it: through the stderr writer's fast path (one
+    non-blocking write, `line_fast_us`) and through its plain twin (a lock, a poll for room, a
+    write: `line_plain_us`, what every line cost before the fast path), each into a pipe of its
+    own whose reader sleeps.
+    """
+    from resilient_mcp.telemetry.stderr_writer import NonBlockingStderr
+
     line = b"x" * 189 + b"\n"
-    read_end, pipe = os.pipe()
-    reader = subprocess.Popen(
-        [sys.executable, "-c", PIPE_READER, "drop"], stdin=read_end, stdout=subprocess.PIPE
-    )
-    os.close(read_end)
     null = os.open(os.devnull, os.O_WRONLY)
-    spent = {"pipe_reader_asleep_us": 0, "null_device_us": 0}
+    readers, pipes = [], []
+    for _ in range(3):
+        read_end, write_end = os.pipe()
+        readers.append(
+            subprocess.Popen(
+                [sys.executable, "-c", PIPE_READER, "drop"], stdin=read_end, stdout=subprocess.PIPE
+            )
+        )
+        os.close(read_end)
+        pipes.append(write_end)
+    fast, plain = NonBlockingStderr(pipes[1]), NonBlockingStderr(pipes[2], nowait=False)
+    writes: dict[str, Callable[[bytes], object]] = {
+        "pipe_reader_asleep_us": functools.partial(os.write, pipes[0]),
+        "null_device_us": functools.partial(os.write, null),
+        "line_fast_us": fast.write_bytes,
+        "line_plain_us": plain.write_bytes,
+    }
+    spent = dict.fromkeys(writes, 0)
     try:
         for _ in range(lines):
-            for name, fd in zip(spent, (pipe, null), strict=True):
+            for name, write in writes.items():
                 busy_until = time.perf_counter() + busy_s  # busy meanwhile: the reader reads, then sleeps
                 while time.perf_counter() < busy_until:
                     pass
                 started = time.thread_time_ns()
-                os.write(fd, line)
+                write(line)
                 spent[name] += time.thread_time_ns() - started
     finally:
-        os.close(pipe)
-        os.close(null)
-        reader.communicate(timeout=30)
+        fast.flush()
+        plain.flush()
+        for fd in (*pipes, null):
+            os.close(fd)
+        for reader in readers:
+            reader.communicate(timeout=30)
     return {name: total / lines / 1e3 for name, total in spent.items()}
 
 
@@ -587,6 +611,19 @@ def machine(fastmcp: str | None) -> dict[str, Any]:
     }
 
 
+def report_line_cost(written: dict[str, float]) -> None:
+    asleep, null = written["pipe_reader_asleep_us"], written["null_device_us"]
+    report(
+        f"one line written by a busy process, on this machine: {asleep:.1f} us of its CPU into a pipe"
+        f" whose reader sleeps until a line comes (as a host's does), {null:.1f} us into the null device"
+    )
+    fast, plain = written["line_fast_us"], written["line_plain_us"]
+    report(
+        f"the line's own cost, as serving writes it into such a pipe: {fast:.1f} us (one non-blocking"
+        f" write), {plain:.1f} us by the plain path (lock, poll, write): {fast / plain:.2f}x"
+    )
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=15, help="batches per server and era (default: 15)")
@@ -598,6 +635,9 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
     parser.add_argument("--skip-stdio", action="store_true", help="measure in memory only")
+    parser.add_argument(
+        "--line-only", action="store_true", help="measure only what one log line's write costs"
+    )
     parser.add_argument("--keep-stderr", action="store_true", help="show the in-memory servers' log lines")
     parser.add_argument(
         "--fastmcp-path", type=Path, help="a directory FastMCP is installed in (pip install --target)"
@@ -613,6 +653,9 @@ def main(argv: list[str]) -> int:
     # FastMCP's own log lines, plainly formatted like this server's (Rich would cost it more).
     os.environ["FASTMCP_ENABLE_RICH_LOGGING"] = "false"
 
+    if args.line_only:
+        report_line_cost(line_write_cost())
+        return 0
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as directory:
         workdir = Workdir(Path(directory), fastmcp=fastmcp is not None, fastmcp_path=fastmcp_path)
         # This run's own data directory and the default log level, whatever the environment says.
@@ -630,11 +673,7 @@ def main(argv: list[str]) -> int:
             era: (IN_MEMORY_TARGETS[era] - 1) * figures["bare"]["cpu_us"]
             for era, figures in results["in_memory"].items()
         }
-        asleep, null = written["pipe_reader_asleep_us"], written["null_device_us"]
-        report(
-            f"one line written by a busy process, on this machine: {asleep:.1f} us of its CPU into a pipe"
-            f" whose reader sleeps until a line comes (as a host's does), {null:.1f} us into the null device"
-        )
+        report_line_cost(written)
         leave = " and ".join(f"{us:.1f} us ({era})" for era, us in room.items())
         report(f"the in-memory targets leave {leave} for all this server adds to a call, its line included")
         if not args.skip_stdio:

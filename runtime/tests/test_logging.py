@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import select
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -304,3 +306,30 @@ def test_flush_gives_up_on_a_pipe_nobody_reads() -> None:
         assert not flushing.is_alive(), "flush still waits on a pipe that nobody reads"
     finally:
         os.close(read_end)  # the writer thread's blocked write fails and it goes back to waiting
+
+
+def test_structlog_loads_at_its_first_use_and_whoever_imports_it_finds_it_configured(
+    subprocess_env: dict[str, str],
+) -> None:
+    """Configured before structlog loads (as serving does), an owner's `structlog.get_logger()`
+    and the core's own logger still write redacted JSON lines at the configured level."""
+    script = (
+        "import sys\n"
+        "from resilient_mcp.telemetry.logs import configure_logging, get_logger\n"
+        "configure_logging('warning')\n"
+        "core = get_logger('core')\n"
+        "print('loaded' if 'structlog' in sys.modules else 'not loaded', flush=True)\n"
+        "import structlog\n"
+        "structlog.get_logger('owner').warning('owner_line', password='hunter2-planted')\n"
+        "structlog.get_logger('owner').info('below_the_level')\n"
+        "core.warning('core_line', token='planted-token-value')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=subprocess_env, capture_output=True, timeout=60, check=True
+    )
+    assert done.stdout.decode().strip() == "not loaded"
+    lines = json_lines(done.stderr.decode())
+    written = [(line["event"], line["level"]) for line in lines]
+    assert written == [("owner_line", "warning"), ("core_line", "warning")]
+    assert lines[0]["password"] == REDACTED
+    assert lines[1]["token"] == REDACTED

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
-import structlog
 
 from resilient_mcp.store.store import STALE_AFTER_BEATS
+from resilient_mcp.telemetry.logs import get_logger
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 # Instances open in this very process: a pid equal to ours is alive only if listed here
 # (after a container restart, our pid may be the one a dead server had).

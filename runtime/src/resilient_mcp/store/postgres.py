@@ -24,7 +24,6 @@ from typing import Any, Literal, NamedTuple
 
 import anyio
 import psycopg
-import structlog
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
@@ -36,10 +35,11 @@ from resilient_mcp.store.dialect import NO_PARAMS, Dialect, Params, Session
 from resilient_mcp.store.instances import OwnerRow
 from resilient_mcp.store.sql import SCHEMA_VERSION, SQLStore
 from resilient_mcp.store.store import DEFAULT_TTL_S, HEARTBEAT_S, LEGACY_CALLER
+from resilient_mcp.telemetry.logs import get_logger
 from resilient_mcp.telemetry.text import clip
 
 AsyncConn = psycopg.AsyncConnection[Any]
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 CONNECT_TIMEOUT_S = 5
 POOL_MAX_SIZE = 10

@@ -22,7 +22,6 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import anyio
-import structlog
 
 from resilient_mcp.authoring.errors import ClaimLostError, FatalError, StoreUnavailableError
 from resilient_mcp.store import event_table, task_table
@@ -52,11 +51,12 @@ from resilient_mcp.store.store import (
     Outcome,
     settled_result,
 )
+from resilient_mcp.telemetry.logs import get_logger
 
 if TYPE_CHECKING:
     from resilient_mcp.authoring.checks import HealthStatus
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 SCHEMA_VERSION = 5
 PURGE_EVERY_S = 60.0

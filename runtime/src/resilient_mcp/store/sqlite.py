@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import structlog
 
 from resilient_mcp.authoring.errors import FatalError, StoreUnavailableError, TableLostError
 from resilient_mcp.authoring.settings import data_dir_fix
@@ -46,11 +45,12 @@ from resilient_mcp.store.sql import SCHEMA_VERSION, SQLStore
 from resilient_mcp.store.sqlite_writer import SQLiteWriter, WriterSession
 from resilient_mcp.store.store import DEFAULT_TTL_S, HEARTBEAT_S
 from resilient_mcp.store.table_file import TableFile
+from resilient_mcp.telemetry.logs import get_logger
 
 if TYPE_CHECKING:
     from resilient_mcp.authoring.checks import HealthStatus
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 BUSY_TIMEOUT_S = 15.0  # opening, and the heartbeat thread: waiting blocks no one
 LOOP_BUSY_TIMEOUT_S = 2.0  # while serving: the longest a locked file may stall a call

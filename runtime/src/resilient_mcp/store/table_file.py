@@ -23,11 +23,10 @@ import threading
 import time
 from pathlib import Path
 
-import structlog
-
 from resilient_mcp.authoring.errors import FatalError, TableLostError
+from resilient_mcp.telemetry.logs import get_logger
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 LOST_SUFFIX = ".lost"
 SIDE_FILES = ("-wal", "-shm")  # SQLite's own, named after the table's file

@@ -7,6 +7,12 @@ The one line per tool call is written by `log_call`, not through the processor c
 its fields are known (only the tool name and the caller's subject can come from
 outside, so only they are redacted) and it is the one line on every call's path.
 
+structlog itself loads at its first use, not at start-up: the core's loggers (`get_logger`) are
+proxies that import it at their first line, the standard library's handler builds its formatter
+at its first record, and whatever imports structlog first (an owner's tools module, a line) finds
+it configured: `configure_logging` leaves a finder on `sys.meta_path` that configures it as soon
+as it has loaded. A server that starts cleanly writes no such line before its first call.
+
 Python's own last resort for an exception nobody caught (`sys.excepthook`, a thread's
 `threading.excepthook`, `sys.unraisablehook`) would print a raw traceback, secrets and
 all: they log a redacted JSON line instead.
@@ -14,19 +20,24 @@ all: they log a redacted JSON line instead.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, MutableMapping, Sequence
+from importlib.machinery import ModuleSpec
 from json.encoder import encode_basestring_ascii as _quote
-from typing import Any, TextIO, cast
-
-import structlog
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from resilient_mcp.telemetry.call_context import current_call
 from resilient_mcp.telemetry.redaction import REDACTED, is_secret_name, redact_fields, redact_text
 from resilient_mcp.telemetry.stderr_writer import NonBlockingStderr
+
+if TYPE_CHECKING:
+    import structlog
 
 __all__ = [
     "REDACTED",
@@ -188,43 +199,21 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
+_level = logging.INFO  # what configure_logging was given: structlog is configured with it when it loads
+
+
 def configure_logging(level: str = "info") -> None:
     """Route structlog and the standard library (the SDK, uvicorn) to one JSON stream on stderr."""
-    global _call_lines
+    global _call_lines, _level
     numeric_level = logging.getLevelNamesMapping()[level.upper()]
     _call_lines = numeric_level <= logging.INFO
-    shared: list[structlog.types.Processor] = [
-        structlog.contextvars.merge_contextvars,
-        add_call_fields,
-        add_trace_ids,
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-    ]
-    structlog.configure(
-        processors=[
-            *shared,
-            structlog.processors.format_exc_info,
-            redact_secrets,
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
-        logger_factory=structlog.WriteLoggerFactory(file=cast(TextIO, _CurrentStderr())),
-        cache_logger_on_first_use=True,
-    )
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
-            processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.format_exc_info,
-                redact_secrets,
-                structlog.processors.JSONRenderer(),
-            ],
-        )
-    )
+    _level = numeric_level
+    if "structlog" in sys.modules:
+        _configure_structlog()
+    elif _CONFIGURE_ON_IMPORT not in sys.meta_path:
+        sys.meta_path.insert(0, _CONFIGURE_ON_IMPORT)
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [_JsonLinesHandler(sys.stderr)]
     root.setLevel(numeric_level)
     # The SDK logs every request at INFO; keep that for debug sessions only.
     quiet = logging.DEBUG if numeric_level <= logging.DEBUG else logging.WARNING
@@ -233,6 +222,92 @@ def configure_logging(level: str = "info") -> None:
     sys.excepthook = _log_uncaught
     threading.excepthook = _log_uncaught_in_thread
     sys.unraisablehook = _log_unraisable
+
+
+def _shared_processors() -> list[structlog.types.Processor]:
+    import structlog
+
+    return [
+        structlog.contextvars.merge_contextvars,
+        add_call_fields,
+        add_trace_ids,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+
+
+def _configure_structlog() -> None:
+    """structlog's chain, at the level configure_logging was given: JSON, redacted, on stderr."""
+    import structlog
+
+    structlog.configure(
+        processors=[
+            *_shared_processors(),
+            structlog.processors.format_exc_info,
+            redact_secrets,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_level),
+        logger_factory=structlog.WriteLoggerFactory(file=cast(TextIO, _CurrentStderr())),
+        cache_logger_on_first_use=True,
+    )
+
+
+class _JsonLinesHandler(logging.StreamHandler):  # type: ignore[type-arg]  # generic only in typeshed
+    """The standard library's records as structlog's JSON lines; its formatter made at the first record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self.formatter is None:
+            import structlog
+
+            self.setFormatter(
+                structlog.stdlib.ProcessorFormatter(
+                    foreign_pre_chain=[*_shared_processors(), structlog.stdlib.add_logger_name],
+                    processors=[
+                        structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                        structlog.processors.format_exc_info,
+                        redact_secrets,
+                        structlog.processors.JSONRenderer(),
+                    ],
+                )
+            )
+        return super().format(record)
+
+
+class _ConfiguringLoader(importlib.abc.Loader):
+    """structlog's own loader, then `_configure_structlog`: whoever imports it gets it configured."""
+
+    def __init__(self, loader: importlib.abc.Loader) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        _configure_structlog()
+
+    def __getattr__(self, name: str) -> Any:  # get_source, is_package, ...: the real loader's
+        return getattr(self._loader, name)
+
+
+class _ConfigureOnImport(importlib.abc.MetaPathFinder):
+    """Finds structlog once, as the other finders do, and hands it a loader that configures it."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname != "structlog":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)  # its work is done after this import, whatever the outcome
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ConfiguringLoader(spec.loader)
+        return spec
+
+
+_CONFIGURE_ON_IMPORT = _ConfigureOnImport()
 
 
 def _log_uncaught(kind: type[BaseException], value: BaseException, tb: Any) -> None:
@@ -259,6 +334,23 @@ def _log_unraisable(unraisable: Any) -> None:
     )
 
 
+class _FirstUseLogger:
+    """structlog's logger for `name`, looked up at its first line: structlog loads then."""
+
+    __slots__ = ("_logger", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._logger: Any = None
+
+    def __getattr__(self, attribute: str) -> Any:
+        if self._logger is None:
+            import structlog
+
+            self._logger = structlog.get_logger(self._name)
+        return getattr(self._logger, attribute)
+
+
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
-    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(name)
-    return logger
+    """The core's logger for a module; structlog's own `get_logger` works alike (and loads it)."""
+    return cast("structlog.typing.FilteringBoundLogger", _FirstUseLogger(name))

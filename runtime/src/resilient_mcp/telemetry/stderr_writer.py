@@ -9,15 +9,24 @@ thread writes as the pipe drains. Past the bound a line is dropped and counted; 
 serving goes on). `flush` waits for the queue while the pipe has room, so an exit path
 still writes its last lines, and a pipe that stays full costs it about `STALL_S`. Standard library
 only: it is installed before anything else is imported.
+
+Where stderr is a pipe (what a host gives a server), a line is one write that does not wait
+(`pwritev2` with `RWF_NOWAIT`, Linux): no lock, no poll. A line of at most `PIPE_BUF` bytes is
+then written whole or not at all (EAGAIN: the pipe is full, and the line queues as above). Only
+that write waits for nothing: the file descriptor stays blocking for the host and any process
+sharing it. Elsewhere (a terminal, a file, another system, a kernel without it) each line polls
+for room under a lock, the plain path, which the test suite runs beside the fast one.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import errno
 import io
 import os
 import select
+import stat
 import sys
 import threading
 import time
@@ -25,6 +34,8 @@ import time
 MAX_QUEUED_BYTES = 1 << 20  # lines kept while the pipe is full; past it they are dropped
 STALL_S = 0.1  # a pipe full this long means nobody reads: an exit stops waiting for it
 _ATOMIC_BYTES = select.PIPE_BUF  # a write this small into a pipe with room is whole and never blocks
+_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)  # Linux: one write that returns EAGAIN rather than wait
+_CURRENT_POSITION = -1  # pwritev2's offset for "as write() would": the only one a pipe takes
 
 
 class NonBlockingStderr(io.TextIOBase):
@@ -32,7 +43,15 @@ class NonBlockingStderr(io.TextIOBase):
 
     line_buffering = True  # every write is already on its way: callers need not flush per line
 
-    def __init__(self, fd: int, encoding: str = "utf-8", max_queued_bytes: int = MAX_QUEUED_BYTES) -> None:
+    def __init__(
+        self,
+        fd: int,
+        encoding: str = "utf-8",
+        max_queued_bytes: int = MAX_QUEUED_BYTES,
+        *,
+        nowait: bool = True,
+    ) -> None:
+        """`nowait=False`: every line takes the plain path (lock, poll, write), even on a pipe."""
         self._fd = fd
         self._encoding = encoding
         self._max_queued = max_queued_bytes
@@ -45,6 +64,7 @@ class NonBlockingStderr(io.TextIOBase):
         self._room = select.poll()  # registered once: a poll per line costs half a select
         self._room.register(fd, select.POLLOUT)
         self.dropped = 0
+        self._nowait = nowait and _NOWAIT != 0 and _is_pipe(fd)
         threading.Thread(target=self._drain_forever, name="stderr-writer", daemon=True).start()
 
     @property
@@ -65,7 +85,23 @@ class NonBlockingStderr(io.TextIOBase):
         return len(text)
 
     def write_bytes(self, data: bytes) -> None:
-        """Encoded lines: one `os.write` when nothing waits before them and the pipe has room."""
+        """Encoded lines: one write when nothing waits before them and the pipe has room."""
+        # Read without the lock: the drain thread marks itself writing before it takes a line
+        # off the queue, so an empty queue seen here with no write under way means none is due.
+        if self._nowait and not self._queue and not self._writing and len(data) <= _ATOMIC_BYTES:
+            try:
+                os.pwritev(self._fd, (data,), _CURRENT_POSITION, _NOWAIT)  # whole, or EAGAIN
+                return
+            except BlockingIOError:  # the pipe is full: the line queues, as on the plain path
+                pass
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise  # what the plain path's write would raise too (EPIPE: nobody reads)
+                self._nowait = False  # a kernel (or an fd 2 swapped since) that cannot: plain from now on
+        self.write_polled(data)
+
+    def write_polled(self, data: bytes) -> None:
+        """The plain path: under the lock, one `poll` for room, then the write or the queue."""
         with self._lock:
             idle = not self._queue and not self._writing
             if idle and len(data) <= _ATOMIC_BYTES and self._has_room():
@@ -103,9 +139,9 @@ class NonBlockingStderr(io.TextIOBase):
             with self._lock:
                 while not self._queue:
                     self._changed.wait()
+                self._writing = True  # before the line leaves the queue: see write_bytes
                 data = self._queue.popleft()
                 self._queued_bytes -= len(data)
-                self._writing = True
             try:
                 view = memoryview(data)
                 while view:
@@ -115,6 +151,13 @@ class NonBlockingStderr(io.TextIOBase):
             with self._lock:
                 self._writing = False
                 self._changed.notify_all()
+
+
+def _is_pipe(fd: int) -> bool:
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False
 
 
 _installed: NonBlockingStderr | None = None
