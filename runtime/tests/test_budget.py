@@ -313,7 +313,7 @@ async def test_budget_measures_what_the_server_sends(subprocess_env: dict[str, s
     listed = json.dumps({"resources": resources}, separators=(",", ":"), ensure_ascii=False).encode()
     others = ["resource skill://note-taking/SKILL.md", "instructions"]
     assert [other.name for other in report.others] == others
-    assert report.total_bytes == len(sent) + len(instructions) + len(listed), "tools/list, resources, instructions"
+    assert report.total_bytes == len(sent) + len(instructions) + len(listed), "as sent"
     sizes = {tool["name"]: len(json.dumps(tool, separators=(",", ":")).encode()) for tool in result["tools"]}
     assert {tool.name: tool.bytes for tool in report.tools} == sizes
     output_sizes = {
