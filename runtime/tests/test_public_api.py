@@ -52,6 +52,7 @@ ROOMS = {
     "store",
     "calls",
     "tasks",
+    "skills",
     "stdio",
     "http",
     "server",
