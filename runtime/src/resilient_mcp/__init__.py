@@ -5,9 +5,9 @@ re-exports them from `<package>.core`) and the settings of `CoreSettings`; they 
 and tests/test_public_api.py pins them. Every other module is internal and may change in any
 release. The rooms, lowest first: `project` (who is served), `sdk_fence` (every private name of
 the SDK), `telemetry` (logs, redaction, traces, metrics), `authoring` (what tool authors write
-with), `store` (the idempotency table), `calls` (one call, top to bottom), `tasks` and `skills` (the
-extensions), `stdio` and `http` (the transports), `server` (assembly, settings, start-up, health) and `commands` (the `<slug>`
-command and its subcommands).
+with), `store` (the idempotency table), `calls` (one call, top to bottom), `tasks` and `skills`
+(the extensions), `server` (assembly, settings, start-up, health), `stdio` and `http` (the
+transports) and `commands` (the `<slug>` command and its subcommands).
 
 The names load on first use, so `diagnose` and `--help` run without importing the SDK.
 """
