@@ -139,9 +139,14 @@ class DeclaredSchemaValidator:
     def __init__(self, schema: dict[str, Any], metadata: FuncMetadata) -> None:
         self.schema = schema
         self.metadata = metadata
+        from jsonschema.exceptions import relevance
         from jsonschema.validators import Draft202012Validator, validator_for
+        from referencing.exceptions import Unresolvable
 
         self._validator: Validator = validator_for(schema, default=Draft202012Validator)(schema)
+        # Kept here, loaded once: `check` runs on every call of the tool.
+        self._relevance = relevance
+        self._unresolvable = Unresolvable
         fields = metadata.arg_model.model_fields
         self._field_names = {field.alias or name: name for name, field in fields.items()}
 
@@ -150,16 +155,13 @@ class DeclaredSchemaValidator:
 
         The function receives the JSON values as they came: the schema is the one check.
         """
-        from jsonschema import exceptions as schema_errors
-        from referencing.exceptions import Unresolvable
-
         try:
             # At most _MAX_FOUND: a huge wrong argument costs no more than the first few of its errors.
             found = list(itertools.islice(self._validator.iter_errors(arguments), _MAX_FOUND + 1))
-        except Unresolvable as exc:  # a `$ref` the schema cannot resolve offline: the owner's to fix
+        except self._unresolvable as exc:  # a `$ref` the schema cannot resolve offline: the owner's to fix
             return f"the tool's input schema cannot be applied ({clip(str(exc), 80)}); nothing was run", None
         if found:
-            errors = sorted(found[:_MAX_FOUND], key=schema_errors.relevance)
+            errors = sorted(found[:_MAX_FOUND], key=self._relevance)
             lines = [_describe(error) for error in errors[:_MAX_ERRORS]]
             if len(found) > _MAX_ERRORS:
                 more = len(found) - _MAX_ERRORS
