@@ -445,7 +445,8 @@ def version_key(version: str) -> tuple[int, ...]:
 
 def template_version(commit: str) -> tuple[tuple[int, ...], bool]:
     """A template `_commit` as (release, past it): `v0.2.0` is ((0, 2, 0), False), `v0.2.0-3-gabc` True."""
-    found = re.match(r"v?(\d+(?:\.\d+)*)(-\d+-g[0-9a-f]+)?$", commit)
+    # A release has a dot (`0.4.0`): a short hash of only digits (`1234567`) is a commit.
+    found = re.match(r"v?(\d+(?:\.\d+)+)(-\d+-g[0-9a-f]+)?$", commit)
     if found is None:
         return (), True
     return tuple(int(part) for part in found[1].split(".")), found[2] is not None
