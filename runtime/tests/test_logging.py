@@ -17,11 +17,13 @@ import pytest
 import structlog
 from mcp import Client
 
+from resilient_mcp.commands.diagnose import LEGACY, open_session, with_envelope
 from resilient_mcp.server.resilient_server import ResilientServer
 from resilient_mcp.telemetry.call_context import Call, enter_call, leave_call
 from resilient_mcp.telemetry.logs import REDACTED, call_line, configure_logging, correlate_traces
 from resilient_mcp.telemetry.redaction import is_secret_name, redact_text
 from resilient_mcp.telemetry.stderr_writer import STALL_S, NonBlockingStderr
+from support import ANSWER_TIMEOUT_S, StdioSession, server_argv
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
@@ -333,3 +335,25 @@ def test_structlog_loads_at_its_first_use_and_whoever_imports_it_finds_it_config
     assert written == [("owner_line", "warning"), ("core_line", "warning")]
     assert lines[0]["password"] == REDACTED
     assert lines[1]["token"] == REDACTED
+
+
+def test_a_server_that_starts_cleanly_loads_structlog_only_for_a_line_it_writes(
+    subprocess_env: dict[str, str],
+) -> None:
+    """Serving at `info`, the debug lines on the way to the first answer are dropped without
+    loading structlog: a call's line (written without it) comes before any structlog import, and
+    only the drain's `info` line at the end of input loads it."""
+    env = {**subprocess_env, "PYTHONPROFILEIMPORTTIME": "1"}  # each import, in order, on stderr
+    with StdioSession(server_argv(), env=env) as session:
+        open_session(session, LEGACY, timeout=ANSWER_TIMEOUT_S)
+        listed = session.request("tools/list", with_envelope(LEGACY) or None, timeout=ANSWER_TIMEOUT_S)
+        assert "result" in listed, listed
+        call = {"name": "word_count", "arguments": {"text": "one two"}}
+        called = session.request("tools/call", with_envelope(LEGACY, call), timeout=ANSWER_TIMEOUT_S)
+        assert called["result"]["isError"] is False, called
+        assert session.close(timeout=ANSWER_TIMEOUT_S) == 0
+    stderr = session.stderr_text().splitlines()
+    call_line = next(n for n, line in enumerate(stderr) if line.startswith('{"event":"tool_call"'))
+    structlog_loaded = [n for n, line in enumerate(stderr) if line.rstrip().endswith("| structlog")]
+    assert structlog_loaded, "structlog never loaded: the drain's info line was not written"
+    assert structlog_loaded[0] > call_line, stderr[structlog_loaded[0] - 3 : structlog_loaded[0] + 1]

@@ -334,8 +334,24 @@ def _log_unraisable(unraisable: Any) -> None:
     )
 
 
+# A bound logger's line methods and their levels: below the configured one, a line is dropped.
+_LEVEL_OF_METHOD = {
+    name: logging.getLevelNamesMapping()[name.upper()]
+    for name in ("debug", "info", "warning", "error", "critical")
+}
+
+
+def _dropped(*_: Any, **__: Any) -> None:
+    """A line below the configured level, as structlog's filtering logger drops it."""
+
+
 class _FirstUseLogger:
-    """structlog's logger for `name`, looked up at its first line: structlog loads then."""
+    """structlog's logger for `name`, looked up at its first line: structlog loads then.
+
+    A line below the configured level is dropped here without loading it (a `debug` line at
+    start-up must not load it for a server that logs at `info`): what structlog's filtering
+    logger would do with it anyway.
+    """
 
     __slots__ = ("_logger", "_name")
 
@@ -345,6 +361,8 @@ class _FirstUseLogger:
 
     def __getattr__(self, attribute: str) -> Any:
         if self._logger is None:
+            if _LEVEL_OF_METHOD.get(attribute, _level) < _level:
+                return _dropped
             import structlog
 
             self._logger = structlog.get_logger(self._name)
