@@ -46,55 +46,21 @@ SECRET_PARTS = frozenset({"pw", "pwd", "pass", "passwd", "sig", "session", "auth
 # or a "code" is usually an ordinary word (an idempotency key, an error code).
 QUERY_SECRETS = frozenset({"key", "code"})
 
-# Name parts: snake_case, kebab-case, dotted and camelCase words (`XApiKey`: X, Api, Key).
-_PART = re.compile(r"[A-Z]?[a-z0-9]++|[A-Z]+(?![a-z])")
 
 # Every pattern below is linear in the text: a match starts only where a run of its characters
 # starts (a lookbehind) or at a fixed marker, every repetition is possessive, and the
 # alternatives of a repetition start with different characters, so nothing is given back and a
-# 32 KB text of any shape costs one pass.
+# 32 KB text of any shape costs one pass. They are compiled when first used (`_patterns()`), which
+# for a server that starts cleanly is its first call, not its start-up.
 
-# A PEM private key (its header, body and footer; the body may hold repr's `\n`, the `|` margin
-# a traceback draws beside the members of an exception group, and the lines of a URL-encoded key
-# already hidden before it was decoded), and a footer whose header was cut off (pydantic shortens
-# a long value in the middle).
+# What a rule already wrote, which a later rule must take as part of the secret it follows.
 _ALREADY_HIDDEN = re.escape(REDACTED)
+# The body of a PEM key (see `_Patterns.pem`).
 _PEM_BODY = rf"(?:[A-Za-z0-9+/=\s\\:,|]++|-(?!----)|{_ALREADY_HIDDEN})*+"
-_PEM = re.compile(rf"-----BEGIN(?P<label>[A-Z0-9 ]*+)-----{_PEM_BODY}(?:-----END[A-Z0-9 ]*+-----)?+")
-_PEM_TAIL = re.compile(
-    rf"(?<![A-Za-z0-9+/=\s\\|\]])(?:[A-Za-z0-9+/=\s\\|]++|{_ALREADY_HIDDEN})*+"
-    r"-----END(?P<label>[A-Z0-9 ]*+)-----"
-)
 
-# user:password@ in a URL: the password runs to the last "@" before the host (it may hold "@"),
-# and the user may be empty (redis://:password@host).
-_URL_PASSWORD = re.compile(r"(?P<keep>://(?<=[a-z0-9+.-]://)[^:/@\s'\"]*+:)(?:[^/@\s'\"]*+@)++", re.I)
-# The same password cut by a clip before its "@" (`postgresql://svc:Pa55...`): up to the cut.
-_URL_PASSWORD_CUT = re.compile(
-    r"(?P<keep>://(?<=[a-z0-9+.-]://)[^:/@\s'\"]*+:)(?:[^/@\s'\".]++|\.(?!\.\.))++(?=\.\.\.)", re.I
-)
 
 # `name=`, `name: `, `"name": `, `'name': `, `\"name\": `; the value is measured after it.
 _NAMED_TAIL = r"(?:\\*+[\"'])?+[ \t]*+(?P<sep>[=:])[ \t]*+"
-# A bare value: up to whitespace, a quote or a separator of pairs.
-_BARE = re.compile(r"[^\s\"',;&<>]++")
-# An HTTP credential: an optional scheme, then the credentials.
-_CREDENTIALS = re.compile(
-    r"(?:(?:bearer|basic|digest|token|negotiate|ntlm|apikey|sso-key)[ \t]++)?+[^\s\"',;&<>]++", re.I
-)
-# A Cookie header's value: every pair, to the end of the line.
-_COOKIE = re.compile(r"[^\r\n\"']++")
-# The opening quote of a value: plain, or escaped once or more (JSON inside JSON or a repr).
-_OPENING = re.compile(r"\\*+[\"']")
-# The inside of a quoted value, up to its closing quote: by quote, plain or escaped.
-_QUOTED = {
-    "'": re.compile(r"(?:[^'\\]++|\\.)*+", re.S),
-    '"': re.compile(r'(?:[^"\\]++|\\.)*+', re.S),
-}
-_ESCAPED_QUOTED = {
-    "'": re.compile(r"(?:[^\\]++|\\++(?!'))*+"),
-    '"': re.compile(r'(?:[^\\]++|\\++(?!"))*+'),
-}
 
 
 def _nested(depth: int) -> str:
@@ -106,53 +72,130 @@ def _nested(depth: int) -> str:
     return rf"\[(?:{inner})*+\]|\{{(?:{inner})*+\}}|\((?:{inner})*+\)"
 
 
-_BRACKETED = re.compile(_nested(3), re.S)
+class _Patterns:
+    """The built-in rules, compiled (about 25 patterns: milliseconds of CPU)."""
 
-_SHAPES = (
-    # Authorization: Bearer/Basic <credentials>, also without the header's name
-    (re.compile(r"(?P<keep>\b(?:bearer|basic)\s++)[A-Za-z0-9._~+/=-]{8,}+", re.I), rf"\g<keep>{REDACTED}"),
-    # Well-known key formats: OpenAI/Stripe-style sk-/pk-/rk-, GitHub, Slack, AWS, Google, SendGrid.
-    (
-        re.compile(
-            r"\b(?:(?:sk|pk|rk)[-_][A-Za-z0-9_-]{8,}+"
-            r"|gh[pousr]_[A-Za-z0-9]{16,}+|github_pat_[A-Za-z0-9_]{20,}+"
-            r"|xox[abeprs]-[A-Za-z0-9-]{10,}+"
-            r"|(?:AKIA|ASIA)[0-9A-Z]{16}"  # AWS access key ids: long-term, temporary (STS)
-            r"|AIza[0-9A-Za-z_-]{30,}+"
-            rf"|SG\.[A-Za-z0-9_-]{{16,}}+\.(?:[A-Za-z0-9_-]{{16,}}+|{_ALREADY_HIDDEN}))"
-        ),
-        REDACTED,
-    ),
-    # Slack incoming webhooks: the path after /services/ is the credential.
-    (
-        re.compile(r"(?P<keep>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]++", re.I),
-        rf"\g<keep>{REDACTED}",
-    ),
-    # JWTs, whole or cut by pydantic or a clip ("eyJhbGciOiJIUzI1NiIsInR5...dQssw5c"): a base64url
-    # run that opens with `{"` and goes on to a dot, with all that follows it.
-    (re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}+(?=\.)[A-Za-z0-9_.-]*+"), REDACTED),
-)
-# pydantic shows a long value as its first 25 and last 24 characters (quotes included): the end
-# has lost its context (the name before a password, the start of a key), so it goes.
-_PYDANTIC_CUT = re.compile(r"(?P<keep>input_value=.{25}\.\.\.).{23}(?=., input_type=)")
-# A token cut by "..." (a clip, a shortened value): the piece before or after it, unless it is a
-# lowercase word. Two patterns, each starting where its run starts.
-_CUT_TOKEN = (
-    re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_=-]{8,}+(?=\.\.\.)"),
-    re.compile(r"(?<=\.\.\.)[A-Za-z0-9+/_=-]{8,}+"),
-)
-# Long base64 runs (an AWS secret access key is 40): kept when they read like text (see _blob).
-# A run starts after a `%XX` escape, not inside it (nor inside `%25XX`, an escape encoded again):
-# a URL-encoded text can still be decoded whole.
-_BASE64_RUN = re.compile(
-    r"(?:(?<![A-Za-z0-9+/_%-])|(?<=%[0-9A-Fa-f]{2})(?<!%25))[A-Za-z0-9+/_-]{40,}+={0,2}+"
-)
+    def __init__(self) -> None:
+        # Name parts: snake_case, kebab-case, dotted and camelCase words (`XApiKey`: X, Api, Key).
+        self.part = re.compile(r"[A-Z]?[a-z0-9]++|[A-Z]+(?![a-z])")
+
+        # A PEM private key (its header, body and footer; the body may hold repr's `\n`, the `|` margin
+        # a traceback draws beside the members of an exception group, and the lines of a URL-encoded key
+        # already hidden before it was decoded), and a footer whose header was cut off (pydantic shortens
+        # a long value in the middle).
+        self.pem = re.compile(
+            rf"-----BEGIN(?P<label>[A-Z0-9 ]*+)-----{_PEM_BODY}(?:-----END[A-Z0-9 ]*+-----)?+"
+        )
+
+        self.pem_tail = re.compile(
+            rf"(?<![A-Za-z0-9+/=\s\\|\]])(?:[A-Za-z0-9+/=\s\\|]++|{_ALREADY_HIDDEN})*+"
+            r"-----END(?P<label>[A-Z0-9 ]*+)-----"
+        )
+
+        # user:password@ in a URL: the password runs to the last "@" before the host (it may hold "@"),
+        # and the user may be empty (redis://:password@host).
+        self.url_password = re.compile(
+            r"(?P<keep>://(?<=[a-z0-9+.-]://)[^:/@\s'\"]*+:)(?:[^/@\s'\"]*+@)++", re.I
+        )
+
+        # The same password cut by a clip before its "@" (`postgresql://svc:Pa55...`): up to the cut.
+        self.url_password_cut = re.compile(
+            r"(?P<keep>://(?<=[a-z0-9+.-]://)[^:/@\s'\"]*+:)(?:[^/@\s'\".]++|\.(?!\.\.))++(?=\.\.\.)", re.I
+        )
+
+        # A bare value: up to whitespace, a quote or a separator of pairs.
+        self.bare = re.compile(r"[^\s\"',;&<>]++")
+
+        # An HTTP credential: an optional scheme, then the credentials.
+        self.credentials = re.compile(
+            r"(?:(?:bearer|basic|digest|token|negotiate|ntlm|apikey|sso-key)[ \t]++)?+[^\s\"',;&<>]++", re.I
+        )
+
+        # A Cookie header's value: every pair, to the end of the line.
+        self.cookie = re.compile(r"[^\r\n\"']++")
+
+        # The opening quote of a value: plain, or escaped once or more (JSON inside JSON or a repr).
+        self.opening = re.compile(r"\\*+[\"']")
+
+        # The inside of a quoted value, up to its closing quote: by quote, plain or escaped.
+        self.quoted = {
+            "'": re.compile(r"(?:[^'\\]++|\\.)*+", re.S),
+            '"': re.compile(r'(?:[^"\\]++|\\.)*+', re.S),
+        }
+
+        self.escaped_quoted = {
+            "'": re.compile(r"(?:[^\\]++|\\++(?!'))*+"),
+            '"': re.compile(r'(?:[^\\]++|\\++(?!"))*+'),
+        }
+
+        self.bracketed = re.compile(_nested(3), re.S)
+
+        self.shapes = (
+            # Authorization: Bearer/Basic <credentials>, also without the header's name
+            (
+                re.compile(r"(?P<keep>\b(?:bearer|basic)\s++)[A-Za-z0-9._~+/=-]{8,}+", re.I),
+                rf"\g<keep>{REDACTED}",
+            ),
+            # Well-known key formats: OpenAI/Stripe-style sk-/pk-/rk-, GitHub, Slack, AWS, Google, SendGrid.
+            (
+                re.compile(
+                    r"\b(?:(?:sk|pk|rk)[-_][A-Za-z0-9_-]{8,}+"
+                    r"|gh[pousr]_[A-Za-z0-9]{16,}+|github_pat_[A-Za-z0-9_]{20,}+"
+                    r"|xox[abeprs]-[A-Za-z0-9-]{10,}+"
+                    r"|(?:AKIA|ASIA)[0-9A-Z]{16}"  # AWS access key ids: long-term, temporary (STS)
+                    r"|AIza[0-9A-Za-z_-]{30,}+"
+                    rf"|SG\.[A-Za-z0-9_-]{{16,}}+\.(?:[A-Za-z0-9_-]{{16,}}+|{_ALREADY_HIDDEN}))"
+                ),
+                REDACTED,
+            ),
+            # Slack incoming webhooks: the path after /services/ is the credential.
+            (
+                re.compile(
+                    r"(?P<keep>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]++", re.I
+                ),
+                rf"\g<keep>{REDACTED}",
+            ),
+            # JWTs, whole or cut by pydantic or a clip ("eyJhbGciOiJIUzI1NiIsInR5...dQssw5c"): a base64url
+            # run that opens with `{"` and goes on to a dot, with all that follows it.
+            (re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}+(?=\.)[A-Za-z0-9_.-]*+"), REDACTED),
+        )
+
+        # pydantic shows a long value as its first 25 and last 24 characters (quotes included): the end
+        # has lost its context (the name before a password, the start of a key), so it goes.
+        self.pydantic_cut = re.compile(r"(?P<keep>input_value=.{25}\.\.\.).{23}(?=., input_type=)")
+
+        # A token cut by "..." (a clip, a shortened value): the piece before or after it, unless it is a
+        # lowercase word. Two patterns, each starting where its run starts.
+        self.cut_token = (
+            re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_=-]{8,}+(?=\.\.\.)"),
+            re.compile(r"(?<=\.\.\.)[A-Za-z0-9+/_=-]{8,}+"),
+        )
+
+        # Long base64 runs (an AWS secret access key is 40): kept when they read like text (see _blob).
+        # A run starts after a `%XX` escape, not inside it (nor inside `%25XX`, an escape encoded again):
+        # a URL-encoded text can still be decoded whole.
+        self.base64_run = re.compile(
+            r"(?:(?<![A-Za-z0-9+/_%-])|(?<=%[0-9A-Fa-f]{2})(?<!%25))[A-Za-z0-9+/_-]{40,}+={0,2}+"
+        )
+
+        # A `%XX` escape: a text without one is not decoded.
+        self.escape = re.compile(r"%[0-9A-Fa-f]{2}")
+
+        # Absolute paths: /a/b (two segments or more, so "km/h" or "/s" stay), ~/x, C:\x, C:\\x (in a
+        # repr), file:///x. A URL's own path (https://host/a/b) follows a host, not a boundary: it stays.
+        self.path = re.compile(
+            r"(?:(?<=file://)|(?<![\w.:/\\~]))(?:~|[A-Za-z]:)?+[/\\]++(?:[\w.@%+-]++[/\\]++)++[\w.@%+-]*+"
+        )
+
+
+@functools.cache
+def _patterns() -> _Patterns:
+    return _Patterns()
+
 
 # A URL-encoded text is decoded this many times at most: a query string inside a query string
 # inside a query string.
 _DECODINGS = 3
-# A `%XX` escape: a text without one is not decoded.
-_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 # Levels of dicts and lists `redact_fields` redacts by key; deeper ones go as redacted text.
 NESTING = 8
 _JSON_SCALARS = (str, bool, int, float, type(None))
@@ -186,13 +229,6 @@ def _rules() -> tuple[re.Pattern[str], re.Pattern[str], tuple[tuple[re.Pattern[s
     return re.compile(names, re.I), named, owner_shapes
 
 
-# Absolute paths: /a/b (two segments or more, so "km/h" or "/s" stay), ~/x, C:\x, C:\\x (in a
-# repr), file:///x. A URL's own path (https://host/a/b) follows a host, not a boundary: it stays.
-_PATH = re.compile(
-    r"(?:(?<=file://)|(?<![\w.:/\\~]))(?:~|[A-Za-z]:)?+[/\\]++(?:[\w.@%+-]++[/\\]++)++[\w.@%+-]*+"
-)
-
-
 @functools.lru_cache(maxsize=1024)
 def is_secret_name(name: str) -> bool:
     """Whether a field called `name` holds a secret. Cached: the same keys come by on every line."""
@@ -202,7 +238,7 @@ def is_secret_name(name: str) -> bool:
 def _names_a_secret(name: str, names: re.Pattern[str]) -> bool:
     if names.search(name) is not None:
         return True
-    return any(part.lower() in SECRET_PARTS for part in _PART.findall(name))
+    return any(part.lower() in SECRET_PARTS for part in _patterns().part.findall(name))
 
 
 def redact_text(text: str) -> str:
@@ -239,7 +275,7 @@ def _redact_encoded(text: str) -> str:
     more: a secret the encoding kept from the rules. Otherwise the text stays as it was written."""
     shown, level = text, text
     for _ in range(_DECODINGS):
-        if _ESCAPE.search(level) is None:
+        if _patterns().escape.search(level) is None:
             break
         decoded = unquote_plus(level)
         level = _redact_plain(decoded)
@@ -250,20 +286,21 @@ def _redact_encoded(text: str) -> str:
 
 def _redact_plain(text: str) -> str:
     names, named, owner_shapes = _rules()
+    p = _patterns()
     if "-----" in text:
-        text = _PEM_TAIL.sub(_private_key, _PEM.sub(_private_key, text))
+        text = p.pem_tail.sub(_private_key, p.pem.sub(_private_key, text))
     if "://" in text:
-        text = _URL_PASSWORD.sub(rf"\g<keep>{REDACTED}@", text)
+        text = p.url_password.sub(rf"\g<keep>{REDACTED}@", text)
         if "..." in text:
-            text = _URL_PASSWORD_CUT.sub(rf"\g<keep>{REDACTED}", text)
+            text = p.url_password_cut.sub(rf"\g<keep>{REDACTED}", text)
     text = _redact_named(text, names, named)
-    for pattern, replacement in _SHAPES:
+    for pattern, replacement in p.shapes:
         text = pattern.sub(replacement, text)
     if "..." in text:
-        text = _PYDANTIC_CUT.sub(rf"\g<keep>{REDACTED}", text)
-        for cut in _CUT_TOKEN:
+        text = p.pydantic_cut.sub(rf"\g<keep>{REDACTED}", text)
+        for cut in p.cut_token:
             text = cut.sub(_cut_token, text)
-    text = _BASE64_RUN.sub(_blob, text)
+    text = p.base64_run.sub(_blob, text)
     for pattern, replacement in owner_shapes:
         text = pattern.sub(replacement, text)
     return text
@@ -314,25 +351,26 @@ def _redact_named(text: str, names: re.Pattern[str], named: re.Pattern[str]) -> 
 
 def _value_span(text: str, at: int, name: str, sep: str) -> tuple[int, int] | None:
     """Where the value that starts at `at` lies (its quotes and brackets stay outside), or None."""
+    p = _patterns()
     if text.startswith(("b'", 'b"'), at):  # a bytes repr
         at += 1
-    opening = _OPENING.match(text, at)
+    opening = p.opening.match(text, at)
     if opening is not None:
-        quotes = _QUOTED if opening.end() - at == 1 else _ESCAPED_QUOTED
+        quotes = p.quoted if opening.end() - at == 1 else p.escaped_quoted
         inside = quotes[opening[0][-1]].match(text, opening.end())
         assert inside is not None  # the pattern matches the empty string
         return (inside.start(), inside.end()) if inside.end() > inside.start() else None
     if text.startswith(("[", "{", "("), at):
         # A list or dict of secrets goes whole; past the nesting this rule follows, all that follows.
-        bracketed = _BRACKETED.match(text, at)
+        bracketed = p.bracketed.match(text, at)
         return (at, bracketed.end() if bracketed is not None else len(text))
     lowered = name.lower()
     if sep == ":" and lowered.endswith("cookie"):
-        value = _COOKIE.match(text, at)
+        value = p.cookie.match(text, at)
     elif lowered.endswith("authorization"):
-        value = _CREDENTIALS.match(text, at)
+        value = p.credentials.match(text, at)
     else:
-        value = _BARE.match(text, at)
+        value = p.bare.match(text, at)
     return None if value is None else (at, value.end())
 
 
@@ -357,4 +395,4 @@ def redact_fields(value: Any, redact: Callable[[str], str] = redact_text, depth:
 
 def strip_paths(text: str) -> str:
     """The text with absolute file paths replaced by `[path]` (they describe the server's machine)."""
-    return _PATH.sub(PATH_HIDDEN, text)
+    return _patterns().path.sub(PATH_HIDDEN, text)
