@@ -7,12 +7,14 @@ A release that renames one fails here by that name: mend resilient_mcp/sdk_fence
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import anyio.from_thread
+import mcp.server.mcpserver.server as mcpserver_module
 import pytest
 import uvicorn
 from mcp.server.lowlevel import Server
@@ -52,6 +54,26 @@ def test_the_server_hands_over_its_subscription_bus_and_its_low_level_server() -
     lowlevel = _sdk.lowlevel_server_of(server)
     assert isinstance(lowlevel, Server)
     assert lowlevel.name == "names"
+
+
+def test_the_sdks_logging_set_up_is_skipped_only_over_logging_already_set_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """MCPServer still sets its logging up by the name the fence replaces while one is built."""
+    levels: list[str] = []
+    monkeypatch.setattr(mcpserver_module, _sdk.SDK_LOGGING_SETUP, levels.append)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    with _sdk.sdk_logging_left_alone():
+        MCPServer("names")
+    assert levels == ["INFO"]  # no handler yet: the SDK's own set-up runs
+    monkeypatch.setattr(root, "handlers", [logging.NullHandler()])
+    with _sdk.sdk_logging_left_alone():
+        MCPServer("names")
+    assert levels == ["INFO"]  # skipped: basicConfig would have dropped its handler
+    assert getattr(mcpserver_module, _sdk.SDK_LOGGING_SETUP) == levels.append  # put back
+    MCPServer("names")
+    assert levels == ["INFO", "INFO"]
 
 
 def test_the_sdks_span_middleware_can_be_dropped_from_the_chain() -> None:

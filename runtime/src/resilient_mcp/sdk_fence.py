@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
+import mcp.server.mcpserver.server as mcpserver_module
 import mcp.server.streamable_http as session_transport
 import mcp.server.streamable_http_manager as session_manager_module
 import uvicorn
@@ -52,6 +54,7 @@ __all__ = [
     "modern_entry",
     "output_adapter",
     "request_context_of",
+    "sdk_logging_left_alone",
     "session_manager_state",
     "session_transports",
     "set_token_verifier",
@@ -205,3 +208,30 @@ def claim_anyio_worker_thread(loop: asyncio.AbstractEventLoop) -> Iterator[None]
         return
     with claim_worker_thread(AsyncIOBackend, loop):
         yield None
+
+
+# The name MCPServer.__init__ calls its logging set-up by, in its own module.
+SDK_LOGGING_SETUP = "configure_logging"
+
+
+def _logging_already_set_up(level: str = "INFO") -> None:
+    """What the SDK's `configure_logging` comes to once the root logger has a handler."""
+
+
+@contextlib.contextmanager
+def sdk_logging_left_alone() -> Iterator[None]:
+    """While an MCPServer is built over logging already set up: its `configure_logging` is skipped.
+
+    It builds a Rich handler (importing Rich, when installed: tens of milliseconds of start-up)
+    for `logging.basicConfig`, which drops it when the root logger already has a handler, as it
+    has once the core set up its own. Without a handler there, the SDK's set-up runs as written.
+    """
+    if not logging.getLogger().handlers:
+        yield
+        return
+    sdk_setup = getattr(mcpserver_module, SDK_LOGGING_SETUP)
+    setattr(mcpserver_module, SDK_LOGGING_SETUP, _logging_already_set_up)
+    try:
+        yield
+    finally:
+        setattr(mcpserver_module, SDK_LOGGING_SETUP, sdk_setup)

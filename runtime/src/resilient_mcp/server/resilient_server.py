@@ -48,7 +48,7 @@ from resilient_mcp.calls.served_tool import build_tool
 from resilient_mcp.calls.shutdown import Shutdown
 from resilient_mcp.calls.stats import CallStats
 from resilient_mcp.calls.tool_call import CallTelemetry, ToolCalls
-from resilient_mcp.sdk_fence import lowlevel_server_of, subscriptions_of
+from resilient_mcp.sdk_fence import lowlevel_server_of, sdk_logging_left_alone, subscriptions_of
 from resilient_mcp.server.handshake_era import HandshakeEraMethods
 from resilient_mcp.server.startup import exit_fatal
 from resilient_mcp.skills.catalog import SkillCatalog
@@ -92,13 +92,15 @@ class ResilientServer(MCPServer[Any]):
         self.skills = SkillsExtension(skills, app_settings) if skills is not None and skills.skills else None
         extensions = [extension for extension in (tasks, self.skills) if extension is not None]
         # The middleware times each call from the SDK's validation of it to its answer built.
-        super().__init__(
-            name,
-            tools=[tool for tool, _ in built],
-            middleware=[time_tool_calls] if tasks_2025 is None else [time_tool_calls, tasks_2025.middleware],
-            extensions=extensions or None,
-            **kwargs,
-        )
+        middleware = [time_tool_calls] if tasks_2025 is None else [time_tool_calls, tasks_2025.middleware]
+        with sdk_logging_left_alone():
+            super().__init__(
+                name,
+                tools=[tool for tool, _ in built],
+                middleware=middleware,
+                extensions=extensions or None,
+                **kwargs,
+            )
         self.served = {served.spec.name: served for _, served in built}
         self.shutdown = Shutdown(app_settings.shutdown_grace_s)
         self.limits = CallLimits(
