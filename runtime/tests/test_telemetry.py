@@ -29,7 +29,7 @@ from http_support import post
 from resilient_mcp import ResilientServer
 from resilient_mcp.authoring.errors import EXIT_FATAL_AT_STARTUP
 from resilient_mcp.commands.diagnose import LEGACY, MODERN, Era, open_session, with_envelope
-from resilient_mcp.server.otel import sdk_spans_wanted
+from resilient_mcp.server.telemetry_plan import sdk_spans_wanted
 from sample_server.project import SLUG
 from support import (
     ANSWER_TIMEOUT_S,

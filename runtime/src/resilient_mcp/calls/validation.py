@@ -10,7 +10,6 @@ be silently repaired on some calls and misread on others.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
@@ -28,12 +27,20 @@ _MAX_NAME_CHARS = 64  # of a client-chosen name compared for a did-you-mean
 _JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object"}
 
 
+def _closest(name: str, candidates: list[str], cutoff: float) -> str | None:
+    """The declared name closest to a mistaken one; difflib loads at the first mistake, not at start-up."""
+    import difflib
+
+    close = difflib.get_close_matches(name[:_MAX_NAME_CHARS], candidates, n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
 def unknown_name_message(kind: str, name: str, declared: Iterable[str], *, listed_at_most: int = 0) -> str:
     """A tool, prompt or resource name the server does not have: the closest one, and the declared ones
     (the first `listed_at_most` of them, when that is not 0)."""
     names = sorted(declared)
-    close = difflib.get_close_matches(name[:_MAX_NAME_CHARS], names, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    close = _closest(name, names, cutoff=0.6)
+    hint = f"did you mean {close!r}? " if close else ""
     listed = ", ".join(names[:listed_at_most] if listed_at_most else names) or "none"
     if listed_at_most and len(names) > listed_at_most:
         listed += ", ..."
@@ -57,8 +64,8 @@ def unknown_arguments_message(given: Iterable[str], accepted: Collection[str]) -
 
 
 def _unknown_argument(where: str, key: str, accepted: Collection[str]) -> str:
-    close = difflib.get_close_matches(key[:_MAX_NAME_CHARS], list(accepted), n=1, cutoff=0.5)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    close = _closest(key, list(accepted), cutoff=0.5)
+    hint = f" (did you mean {close!r}?)" if close else ""
     return f"unknown argument {where!r}{hint}; accepted here: {', '.join(accepted) or 'none'}"
 
 

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import signal
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -21,11 +22,14 @@ from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.calls.fatal_exit import FatalExit
 from resilient_mcp.calls.shutdown import STOP_SIGNALS
 from resilient_mcp.sdk_fence import lowlevel_server_of
-from resilient_mcp.server.otel import Telemetry, Transport, start_telemetry
 from resilient_mcp.server.resilient_server import ResilientServer
 from resilient_mcp.server.startup import exit_fatal
+from resilient_mcp.server.telemetry_plan import Transport, telemetry_plan
 from resilient_mcp.stdio.guard import ProtocolPipes
 from resilient_mcp.stdio.transport import open_stdio
+
+if TYPE_CHECKING:
+    from resilient_mcp.server.otel import Telemetry
 
 
 async def serve_stdio(server: ResilientServer, pipes: ProtocolPipes, *, handle_sigint: bool = True) -> None:
@@ -72,7 +76,12 @@ async def serve_http(server: ResilientServer, host: str, port: int) -> None:
 
 def _start_telemetry(server: ResilientServer, transport: Transport) -> Telemetry | None:
     """Exporters and the metrics listener, when configured; exit 78 if they cannot start."""
+    settings = server.app_settings
     try:
+        if not telemetry_plan(settings.metrics, settings.metrics_address).wanted:
+            return None  # nothing exported: the OpenTelemetry module is not even loaded
+        from resilient_mcp.server.otel import start_telemetry
+
         telemetry = start_telemetry(server, transport)
     except FatalError as exc:
         exit_fatal(exc)

@@ -23,10 +23,10 @@ from resilient_mcp.server.cache_hints import cache_hints
 from resilient_mcp.server.discovery import discover_primitives, discover_resources, discover_tools
 from resilient_mcp.server.health_tool import make_health_tool
 from resilient_mcp.server.identity import server_identity
-from resilient_mcp.server.otel import sdk_spans_wanted
 from resilient_mcp.server.resilient_server import ResilientServer
 from resilient_mcp.server.signatures import check_signatures
 from resilient_mcp.server.startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
+from resilient_mcp.server.telemetry_plan import sdk_spans_wanted
 from resilient_mcp.server.tool_filter import declared_tools
 from resilient_mcp.skills.catalog import load_catalog, skills_folder
 from resilient_mcp.store import StoreHandle, create_store

@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -39,6 +39,7 @@ from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.authoring.outcomes import RETRYABLE
 from resilient_mcp.calls.running import abandoned_threads
 from resilient_mcp.project import this_project
+from resilient_mcp.server.telemetry_plan import TelemetryPlan, Transport, telemetry_plan
 from resilient_mcp.telemetry.logs import correlate_traces, get_logger
 from resilient_mcp.telemetry.stderr_writer import dropped_lines
 
@@ -71,7 +72,6 @@ ERROR_TYPE = "error.type"
 # The client's mistakes, answered as the protocol says: on the server side these are no errors
 # (the MCP semantic conventions): -32002 is the 2025 era's resource not found.
 NOT_SERVER_ERRORS = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, -32002})
-Transport = Literal["pipe", "tcp"]  # network.transport: stdio is a pipe, Streamable HTTP runs on TCP
 TASK_STATUS = "mcp.task.status"
 # Request methods of both eras: any other a client sends is counted as _OTHER.
 KNOWN_METHODS = frozenset(
@@ -94,87 +94,6 @@ KNOWN_METHODS = frozenset(
 )
 _STORE_ANSWER_S = 2.0  # how long a scrape waits for the store's counts (keys in doubt, tasks)
 _T = TypeVar("_T")
-
-
-def prometheus_hint() -> str:
-    return f" (for Prometheus, set {this_project().env_prefix}METRICS=true)"
-
-
-@dataclass(frozen=True)
-class TelemetryPlan:
-    """What the environment asks for: OTLP traces, OTLP metrics, a Prometheus listener."""
-
-    traces_otlp: bool = False
-    metrics_otlp: bool = False
-    prometheus: tuple[str, int] | None = None
-
-    @property
-    def metrics(self) -> bool:
-        return self.metrics_otlp or self.prometheus is not None
-
-
-def telemetry_plan(metrics: bool, metrics_address: str, env: Mapping[str, str] = os.environ) -> TelemetryPlan:
-    """Read `METRICS`/`METRICS_ADDRESS` and the standard OTEL_* variables; FatalError if unusable."""
-    if _sdk_disabled(env):
-        return TelemetryPlan(prometheus=_listen_address(metrics_address) if metrics else None)
-    protocol = env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf").strip().lower()
-    plan = TelemetryPlan(
-        traces_otlp=_exports("traces", env),
-        metrics_otlp=_exports("metrics", env),
-        prometheus=_listen_address(metrics_address) if metrics else None,
-    )
-    if (plan.traces_otlp or plan.metrics_otlp) and protocol != "http/protobuf":
-        raise FatalError(
-            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported",
-            "unset it or set http/protobuf (the collector's port 4318)",
-        )
-    return plan
-
-
-def sdk_spans_wanted(env: Mapping[str, str] = os.environ, provider: object | None = None) -> bool:
-    """Whether the SDK's span per request can reach anyone: traces exported over OTLP (OTEL_*),
-    or a tracer provider this process set itself (`provider`: the global one) before serving."""
-    if not _sdk_disabled(env):
-        try:
-            if _exports("traces", env):
-                return True
-        except FatalError:
-            return True  # start_telemetry stops the server with the reason, before serving
-    if provider is None:
-        provider = trace.get_tracer_provider()
-    return not isinstance(provider, trace.ProxyTracerProvider)
-
-
-def _sdk_disabled(env: Mapping[str, str]) -> bool:
-    """OpenTelemetry's own switch: `OTEL_SDK_DISABLED=true` exports nothing."""
-    return env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
-
-
-def _exports(signal: str, env: Mapping[str, str]) -> bool:
-    """Whether `signal` goes out over OTLP: an endpoint for it, or its exporter named `otlp`."""
-    exporter = env.get(f"OTEL_{signal.upper()}_EXPORTER", "").strip().lower()
-    if exporter == "none":
-        return False
-    if exporter not in ("", "otlp"):
-        raise FatalError(
-            f"OTEL_{signal.upper()}_EXPORTER={exporter} is not supported",
-            f"use otlp or none{prometheus_hint() if signal == 'metrics' else ''}",
-        )
-    endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get(
-        f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"
-    )
-    return bool(exporter or endpoint)
-
-
-def _listen_address(address: str) -> tuple[str, int]:
-    host, _, port = address.strip().rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise FatalError(
-            f"{this_project().env_prefix}METRICS_ADDRESS={address!r} is not host:port",
-            "set it like 127.0.0.1:9464 or [::1]:9464",
-        )
-    return host, int(port)
 
 
 def _is_loopback(host: str) -> bool:

@@ -26,7 +26,7 @@ from mcp.server.extension import Extension, MethodBinding, ResourceBinding
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver.resources import Resource
 from mcp_types import RequestParams
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from resilient_mcp.authoring.errors import ToolInputError
 from resilient_mcp.authoring.settings import CoreSettings
@@ -42,10 +42,14 @@ _URI_CHARS = 2048
 
 
 class ListSkillsParams(RequestParams):
+    model_config = ConfigDict(defer_build=True)  # built at its first request, not at start-up
+
     cursor: str | None = Field(None, max_length=_URI_CHARS)
 
 
 class SkillUriParams(RequestParams):
+    model_config = ConfigDict(defer_build=True)  # built at its first request, not at start-up
+
     uri: str = Field(min_length=1, max_length=_URI_CHARS)
 
 

@@ -25,7 +25,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp.types import CallToolRequestParams, CallToolResult, InputRequiredResult
 from mcp_types import HEADER_MISMATCH, INVALID_PARAMS, InputResponse, RequestParams
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from resilient_mcp.authoring.errors import StoreUnavailableError
 from resilient_mcp.authoring.outcomes import Failure
@@ -50,10 +50,12 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 CANCELLED_BY_CLIENT = "cancelled by the client"
-_ANSWER = TypeAdapter(InputResponse)
+_ANSWER = TypeAdapter(InputResponse, config=ConfigDict(defer_build=True))  # built at first use
 
 
 class TaskIdParams(RequestParams):
+    model_config = ConfigDict(defer_build=True)  # built at its first request, not at start-up
+
     task_id: str = Field(min_length=1, max_length=1000)
 
 

@@ -31,7 +31,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp.types import CallToolRequestParams, CreateMessageResult, ElicitResult, ListRootsResult
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND, InputRequest, PaginatedRequestParams
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from resilient_mcp.calls.callers import key_caller
 from resilient_mcp.store.task_table import TaskRow
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 PAGE_SIZE = 50
 CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
-_ASK = TypeAdapter(InputRequest)
+_ASK = TypeAdapter(InputRequest, config=ConfigDict(defer_build=True))  # built at first use
 _ANSWER_TYPES: dict[str, Any] = {
     "elicitation/create": ElicitResult,
     "sampling/createMessage": CreateMessageResult,
