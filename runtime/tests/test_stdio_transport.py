@@ -130,6 +130,30 @@ def test_a_line_cut_off_by_the_end_of_stdin_is_answered_and_the_exit_is_clean(
 
 
 @pytest.mark.parametrize("era", ERAS)
+def test_every_request_written_before_stdin_ends_is_answered(
+    era: Era, subprocess_env: dict[str, str]
+) -> None:
+    """A client that writes its requests and closes stdin at once (`printf ... | server`) still
+    gets every answer, not only the tool calls': the session would cancel the rest at the end."""
+    requests = [
+        echo_request(era, 41, "first"),
+        {"jsonrpc": "2.0", "id": 42, "method": "tools/list", "params": with_envelope(era) or None},
+        {"jsonrpc": "2.0", "id": 43, "method": "resources/list", "params": with_envelope(era) or None},
+        echo_request(era, 44, "last"),
+    ]
+    with start(subprocess_env, era) as session:
+        session.send_line(b"\n".join(json.dumps(request).encode() for request in requests))
+        finish(session)
+
+    answers = {m["id"]: m for m in session.messages if m.get("id") in (41, 42, 43, 44)}
+    assert sorted(answers) == [41, 42, 43, 44], session.stderr_tail()
+    assert echoed(answers[41]) == "first"
+    assert echoed(answers[44]) == "last"
+    assert "tools" in answers[42]["result"]
+    assert "resources" in answers[43]["result"]
+
+
+@pytest.mark.parametrize("era", ERAS)
 def test_a_client_that_stops_reading_for_a_while_loses_no_answer(
     era: Era, subprocess_env: dict[str, str]
 ) -> None:

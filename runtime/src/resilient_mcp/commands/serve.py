@@ -46,7 +46,9 @@ async def serve_stdio(server: ResilientServer, pipes: ProtocolPipes, *, handle_s
             stop = functools.partial(_stop_on_signal, server, group)
             with _stopped_by_signals(stop, sigint=handle_sigint):
                 end_of_input = functools.partial(_end_of_input, server)
-                async with open_stdio(pipes, fatal_exit, end_of_input) as streams:
+                # What was read before stdin ended is answered within the drain's grace.
+                within_s = shutdown.grace_s
+                async with open_stdio(pipes, fatal_exit, end_of_input, answer_within_s=within_s) as streams:
                     # MCPServer.run_stdio_async does the same, on fds 0/1 it would restore at exit.
                     lowlevel = lowlevel_server_of(server)
                     await lowlevel.run(*streams, lowlevel.create_initialization_options())

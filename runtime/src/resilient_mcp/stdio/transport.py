@@ -29,6 +29,7 @@ import anyio
 import anyio.lowlevel
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
+from mcp.types import JSONRPCError, JSONRPCMessage, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
 from resilient_mcp.calls.fatal_exit import FatalExit, WatchedWriter
 from resilient_mcp.sdk_fence import create_context_streams
@@ -42,6 +43,42 @@ _READ_LIMIT = 1024 * 1024  # bytes buffered before the pipe is no longer read (b
 
 Streams = tuple[Any, Any]  # the SDK's read and write streams, as `stdio_server` yields them
 EndOfInput = Callable[[], Awaitable[None]]
+
+
+class RequestsInFlight:
+    """The ids of requests handed to the session and not answered yet.
+
+    At the end of stdin the SDK's session cancels whatever it has not answered, and a request
+    read just before the end may not have reached its handler yet (nor the drain, which sees
+    tool calls only once they run, and refuses those that start after it began): the requests
+    read are answered first, as if stdin were still open.
+    """
+
+    def __init__(self) -> None:
+        self._ids: set[str | int] = set()
+        self._none_left = asyncio.Event()
+        self._none_left.set()
+
+    def received(self, message: JSONRPCMessage) -> None:
+        if isinstance(message, JSONRPCRequest):
+            self._ids.add(message.id)
+            self._none_left.clear()
+        elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
+            self._answered((message.params or {}).get("requestId"))  # never answered: the client gave up
+
+    def sent(self, message: JSONRPCMessage) -> None:
+        if isinstance(message, JSONRPCResponse | JSONRPCError):
+            self._answered(message.id)
+
+    def _answered(self, request_id: object) -> None:
+        self._ids.discard(request_id)  # type: ignore[arg-type]  # any id: one never received is not there
+        if not self._ids:
+            self._none_left.set()
+
+    async def answered(self, within_s: float) -> None:
+        """Wait until every request received is answered, at most `within_s` seconds."""
+        with anyio.move_on_after(within_s):
+            await self._none_left.wait()
 
 
 def event_loop_unusable(pipes: ProtocolPipes) -> str | None:
@@ -183,15 +220,20 @@ class WireStream:
     memory stream would need for every message.
     """
 
-    def __init__(self, wire: Wire, serving: anyio.CancelScope) -> None:
+    def __init__(
+        self, wire: Wire, serving: anyio.CancelScope, in_flight: RequestsInFlight | None = None
+    ) -> None:
         self._wire = wire
         self._serving = serving
+        self._in_flight = in_flight
         self._closed = False
 
     async def send(self, item: SessionMessage) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
         await self.send_line(item.message.model_dump_json(by_alias=True, exclude_unset=True))
+        if self._in_flight is not None:
+            self._in_flight.sent(item.message)
 
     async def send_line(self, line: str) -> None:
         try:
@@ -214,14 +256,16 @@ class WireStream:
 
 @asynccontextmanager
 async def open_stdio(
-    pipes: ProtocolPipes, fatal_exit: FatalExit, end_of_input: EndOfInput
+    pipes: ProtocolPipes, fatal_exit: FatalExit, end_of_input: EndOfInput, *, answer_within_s: float
 ) -> AsyncIterator[Streams]:
-    """The SDK server's read and write streams over the protocol pipes; at the end of stdin,
-    `end_of_input` is awaited before the session is told (which ends the calls in flight)."""
+    """The SDK server's read and write streams over the protocol pipes. At the end of stdin the
+    requests read before it are answered first (for at most `answer_within_s`, as if stdin were
+    still open), then `end_of_input` is awaited (the drain), then the session is told (which
+    ends whatever is still in flight)."""
     reason = event_loop_unusable(pipes)
     log.debug("stdio_transport", driver="sdk" if reason else "event_loop", reason=reason)
     if reason is None:
-        async with _event_loop_stdio(pipes, fatal_exit, end_of_input) as streams:
+        async with _event_loop_stdio(pipes, fatal_exit, end_of_input, answer_within_s) as streams:
             yield streams
     else:
         async with _sdk_stdio(pipes, fatal_exit, end_of_input) as streams:
@@ -242,7 +286,7 @@ async def _sdk_stdio(
 
 @asynccontextmanager
 async def _event_loop_stdio(
-    pipes: ProtocolPipes, fatal_exit: FatalExit, end_of_input: EndOfInput
+    pipes: ProtocolPipes, fatal_exit: FatalExit, end_of_input: EndOfInput, answer_within_s: float
 ) -> AsyncIterator[Streams]:
     loop = asyncio.get_running_loop()
     # closefd=False: the descriptors stay open until the process ends, as the SDK keeps them.
@@ -254,7 +298,8 @@ async def _event_loop_stdio(
     write_transport, protocol = await loop.connect_write_pipe(_WireProtocol, stdout)
     serving = anyio.CancelScope()
     wire = Wire(write_transport, protocol, fatal_exit)
-    write_stream = WireStream(wire, serving)
+    in_flight = RequestsInFlight()
+    write_stream = WireStream(wire, serving, in_flight)
     read_stream_writer, read_stream = create_context_streams[SessionMessage | Exception](0)
 
     async def take(raw: bytes) -> None:
@@ -262,6 +307,7 @@ async def _event_loop_stdio(
         if answer is not None:
             await write_stream.send_line(answer)
         elif message is not None:
+            in_flight.received(message)  # before the session has it: its answer may come at once
             await read_stream_writer.send(SessionMessage(message))
 
     async def read_requests() -> None:
@@ -276,6 +322,7 @@ async def _event_loop_stdio(
                             await take(line)
                 if last := lines.last_line():
                     await take(last)
+                await in_flight.answered(within_s=answer_within_s)  # as if stdin were still open
                 await end_of_input()
 
     try:
