@@ -71,7 +71,7 @@ class RequestsInFlight:
             self._answered(message.id)
 
     def _answered(self, request_id: object) -> None:
-        self._ids.discard(request_id)  # type: ignore[arg-type]  # any id: one never received is not there
+        self._ids.discard(request_id)  # an id never received (a cancelled one, say) is not there
         if not self._ids:
             self._none_left.set()
 
