@@ -61,6 +61,7 @@ ANSWERS_INDEPENDENT = {
     "test_oauth",
     "test_oauth_keys",
     "test_owner_extensions",
+    "test_records",
     "test_redaction",
     "test_request_state",
     "test_stdio_lines",

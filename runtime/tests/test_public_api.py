@@ -45,6 +45,7 @@ PUBLIC_API = {
 PROJECT_API = {"Project"}
 # The library's rooms, lowest first (resilient_mcp/__init__.py): a new one is a decision, made here.
 ROOMS = {
+    "records",
     "project",
     "sdk_fence",
     "telemetry",

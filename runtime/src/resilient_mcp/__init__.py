@@ -3,11 +3,12 @@
 The public API is the names below (`from resilient_mcp import tool, ...`; a generated project
 re-exports them from `<package>.core`) and the settings of `CoreSettings`; they follow semver,
 and tests/test_public_api.py pins them. Every other module is internal and may change in any
-release. The rooms, lowest first: `project` (who is served), `sdk_fence` (every private name of
-the SDK), `telemetry` (logs, redaction, traces, metrics), `authoring` (what tool authors write
-with), `store` (the idempotency table), `calls` (one call, top to bottom), `tasks` and `skills`
-(the extensions), `server` (assembly, settings, start-up, health), `stdio` and `http` (the
-transports) and `commands` (the `<slug>` command and its subcommands).
+release. The rooms, lowest first: `records` (immutable records), `project` (who is served),
+`sdk_fence` (every private name of the SDK), `telemetry` (logs, redaction, traces, metrics),
+`authoring` (what tool authors write with), `store` (the idempotency table), `calls` (one call,
+top to bottom), `tasks` and `skills` (the extensions), `server` (assembly, settings, start-up,
+health), `stdio` and `http` (the transports) and `commands` (the `<slug>` command and its
+subcommands).
 
 The names load on first use, so `diagnose` and `--help` run without importing the SDK.
 """

@@ -7,14 +7,15 @@ time through `this_project()`. Standard library only: `diagnose` reads it withou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from importlib import metadata
 from typing import Literal
+
+from resilient_mcp.records import record
 
 Backend = Literal["sqlite", "postgres"]
 
 
-@dataclass(frozen=True)
+@record
 class Project:
     """A served project: fixed by the answers given at `copier copy`."""
 

@@ -4,14 +4,15 @@ health_check, /readyz and `<slug> check`."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Literal, get_args
+
+from resilient_mcp.records import record
 
 HealthStatus = Literal["ok", "degraded", "failing"]
 SEVERITY: dict[HealthStatus, int] = {"ok": 0, "degraded": 1, "failing": 2}
 
 
-@dataclass(frozen=True)
+@record
 class Check:
     """What a health check found: what a `@dependency` function returns, `Check("ok", "reachable")`,
     and what health_check, /readyz and `<slug> check` report for every check."""

@@ -14,8 +14,9 @@ ServerError
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from resilient_mcp.records import record
 
 # How a FatalError ends the process (sysexits.h): before serving, the configuration is at fault
 # (EX_CONFIG); while serving, the software (EX_SOFTWARE).
@@ -103,7 +104,7 @@ class ResultTooLargeError(ServerError):
         super().__init__(message)
 
 
-@dataclass(frozen=True)
+@record
 class Part:
     """One part of a multi-part operation: what it was called, and how it went."""
 

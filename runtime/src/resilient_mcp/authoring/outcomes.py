@@ -17,6 +17,7 @@ from mcp.types import URL_ELICITATION_REQUIRED, CallToolResult, InputRequiredRes
 from pydantic_core import to_jsonable_python
 
 from resilient_mcp.authoring.errors import Part, PartialResult, ToolInputError
+from resilient_mcp.records import record
 from resilient_mcp.telemetry.redaction import redact_fields, redact_text, strip_paths
 
 Category = Literal[
@@ -139,7 +140,7 @@ def partial_failure(parts: Sequence[Part], correlation_id: str) -> CallToolResul
     )
 
 
-@dataclass(frozen=True)
+@record
 class Failure:
     """A classified failure: what the client is told, and the exception behind it."""
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar, overload
+
+from resilient_mcp.records import record
 
 F = TypeVar("F", bound=Callable[..., Any])
 SPEC_ATTRIBUTE = "__mcp_primitive_spec__"
@@ -24,7 +25,7 @@ def _description(fn: Callable[..., Any]) -> str:
     return inspect.getdoc(fn) or ""
 
 
-@dataclass(frozen=True)
+@record
 class ResourceSpec:
     """What `@resource` recorded: a fixed URI, or a URI template with `{params}`."""
 
@@ -43,7 +44,7 @@ class ResourceSpec:
         return "{" in self.uri
 
 
-@dataclass(frozen=True)
+@record
 class PromptSpec:
     """What `@prompt` recorded."""
 
@@ -56,7 +57,7 @@ class PromptSpec:
         return _description(self.fn)
 
 
-@dataclass(frozen=True)
+@record
 class CompletionSpec:
     """What `@completion` recorded: the completer of one prompt's or template's arguments."""
 
@@ -138,7 +139,7 @@ def primitive_of(obj: object) -> ResourceSpec | PromptSpec | CompletionSpec | No
     return spec if isinstance(spec, ResourceSpec | PromptSpec | CompletionSpec) else None
 
 
-@dataclass(frozen=True)
+@record
 class Primitives:
     """The resources, prompts and completers of the tools/ modules, in discovery order."""
 

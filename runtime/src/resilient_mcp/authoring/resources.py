@@ -11,13 +11,13 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import anyio
 
 from resilient_mcp.authoring.checks import Check, HealthCheck
 from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.records import record
 from resilient_mcp.telemetry.logs import get_logger
 from resilient_mcp.telemetry.redaction import redact_text, strip_paths
 from resilient_mcp.telemetry.text import clip
@@ -34,7 +34,7 @@ DEFAULT_CHECK_TIMEOUT_S = 5.0
 _DETAIL_CHARS = 200
 
 
-@dataclass(frozen=True)
+@record
 class DependencySpec:
     """What `@dependency` recorded about one function."""
 

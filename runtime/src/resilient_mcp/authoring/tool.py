@@ -10,10 +10,12 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, TypeVar, overload
 
 from mcp.types import ToolAnnotations
+
+from resilient_mcp.records import record
 
 F = TypeVar("F", bound=Callable[..., Any])
 MIN_RESULT_BYTES = 1000  # room for the note and a little text; below this every answer is a note
@@ -27,7 +29,7 @@ TaskSupport = Literal["forbidden", "optional", "required"]
 TASK_SUPPORTS: tuple[TaskSupport, ...] = ("forbidden", "optional", "required")
 
 
-@dataclass(frozen=True)
+@record
 class ToolSpec:
     """What `@tool` recorded about one function."""
 

@@ -24,9 +24,9 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 
 from resilient_mcp.authoring.tool import ToolSpec
+from resilient_mcp.records import record
 
 MAX_BUCKETS = 10_000  # callers (and caller-tool pairs) remembered; the least recently seen go first
 BUSY_RETRY_AFTER_S = 1.0  # a call refused for concurrency: calls usually end within this
@@ -77,7 +77,7 @@ class TokenBuckets:
             buckets.popitem(last=False)
 
 
-@dataclass(frozen=True)
+@record
 class Refusal:
     """Which limit refused a call, in words for the model, and when to try again."""
 

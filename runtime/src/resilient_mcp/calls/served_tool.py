@@ -9,7 +9,7 @@ the result cut to its size limit; `calls.tool_call` hands it to the retries.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, cast
 
 from mcp.server.mcpserver import Context
@@ -31,10 +31,11 @@ from resilient_mcp.calls.entrypoints import entrypoint
 from resilient_mcp.calls.input_schema import DeclaredSchemaValidator, mirror_headers, served_declared_schema
 from resilient_mcp.calls.result_size import fit_result
 from resilient_mcp.calls.validation import ArgumentValidator, harden_schema, without_titles
+from resilient_mcp.records import record
 from resilient_mcp.sdk_fence import convert_to_content, output_adapter
 
 
-@dataclass(frozen=True)
+@record
 class ServedTool:
     spec: ToolSpec
     validator: ArgumentValidator | DeclaredSchemaValidator

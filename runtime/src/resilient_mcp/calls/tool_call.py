@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -51,6 +50,7 @@ from resilient_mcp.calls.shutdown import Shutdown
 from resilient_mcp.calls.stats import CallStats
 from resilient_mcp.calls.time_limit import TimeLimits, time_limits
 from resilient_mcp.calls.validation import unknown_tool_message
+from resilient_mcp.records import record
 from resilient_mcp.store import KEY_ARGUMENT, StoreHandle, fingerprint
 from resilient_mcp.telemetry.call_context import Call, enter_call, leave_call, new_correlation_id
 from resilient_mcp.telemetry.call_line import write_call_line
@@ -75,7 +75,7 @@ STOPPING_RETRY_AFTER_S = 2.0  # what a call refused or cut by the shutdown is to
 STOPPED_BEFORE_THE_END = "the server stopped before the task's run finished"
 
 
-@dataclass(frozen=True)
+@record
 class TaskRun:
     """A call run as a durable task's body: whose it is (the task's caller, for its idempotency
     key), with no per-call limit (the task's creation met them) and its own time limit (the

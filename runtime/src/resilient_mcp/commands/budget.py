@@ -27,7 +27,7 @@ import sys
 import tomllib
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -37,6 +37,7 @@ from pydantic import BaseModel
 
 from resilient_mcp.authoring.errors import EXIT_FATAL_AT_STARTUP, FatalError
 from resilient_mcp.project import this_project
+from resilient_mcp.records import record
 from resilient_mcp.server.startup import write_fatal
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ _HIDDEN: Final = frozenset(
 )
 
 
-@dataclass(frozen=True)
+@record
 class Budget:
     """How many tools, and how many bytes of tools/list, the server may declare."""
 
@@ -70,7 +71,7 @@ class Budget:
         return cls(project.tool_budget, project.tool_list_bytes_budget)
 
 
-@dataclass(frozen=True)
+@record
 class ToolCost:
     """One tool's share of tools/list and what is wrong with it."""
 
@@ -84,7 +85,7 @@ class ToolCost:
         return round(self.bytes / BYTES_PER_TOKEN)
 
 
-@dataclass(frozen=True)
+@record
 class BudgetReport:
     """The measured tools against a budget."""
 

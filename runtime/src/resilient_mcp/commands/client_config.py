@@ -19,13 +19,13 @@ import shlex
 import sys
 import sysconfig
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from resilient_mcp.commands.client_config_file import UnreadableConfig, merge, write
 from resilient_mcp.commands.client_config_text import as_toml, as_yaml
 from resilient_mcp.project import this_project
+from resilient_mcp.records import record
 
 # `generic`: the "mcpServers" file most other clients read, at the path given with --file.
 CLIENTS = (
@@ -54,7 +54,7 @@ class UsageError(Exception):
     """The arguments cannot give a configuration; the message says what to do instead."""
 
 
-@dataclass(frozen=True)
+@record
 class ClientConfig:
     """What to add, and where."""
 
@@ -69,7 +69,7 @@ class ClientConfig:
         return next(iter(self.snippet))
 
 
-@dataclass(frozen=True)
+@record
 class Launch:
     """How a client starts this server over stdio."""
 

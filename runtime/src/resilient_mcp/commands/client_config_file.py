@@ -15,16 +15,17 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from resilient_mcp.records import record
 
 
 class UnreadableConfig(Exception):
     """The file exists but is not a JSON object with an object under the servers key."""
 
 
-@dataclass(frozen=True)
+@record
 class Merged:
     """The file's text before and after the entry is merged in."""
 

@@ -48,6 +48,7 @@ from resilient_mcp.commands.budget import (
     wire_json,
 )
 from resilient_mcp.project import this_project
+from resilient_mcp.records import record
 from resilient_mcp.server.startup import write_fatal
 
 if TYPE_CHECKING:
@@ -279,7 +280,7 @@ def _argument_changes(
 # --- JSON Schema: narrowed inputs, widened outputs -------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class _Side:
     """One schema being walked: its root (for `$ref`) and the node at hand."""
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from resilient_mcp.commands.diagnose.command import add_timeout_option, split_at_separator
 from resilient_mcp.commands.diagnose.this_project import client_token, default_command, env_prefix
 from resilient_mcp.project import this_project
+from resilient_mcp.records import record
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -51,7 +52,7 @@ DEFAULT_TIMEOUT_S = 120.0
 STDERR_TAIL_LINES = 20
 
 
-@dataclass(frozen=True)
+@record
 class Target:
     """Where the server is: a stdio command to start, or a Streamable HTTP URL."""
 

@@ -6,7 +6,6 @@ The owner's code (their `Settings` class and `tools` package) is handed in by th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import ModuleType
 
 from resilient_mcp.authoring.checks import Check, HealthCheck
@@ -18,6 +17,7 @@ from resilient_mcp.calls.request_state import request_state_security
 from resilient_mcp.calls.running import MAX_ABANDONED_THREADS, abandoned_threads
 from resilient_mcp.calls.stats import CallStats
 from resilient_mcp.project import this_project
+from resilient_mcp.records import record
 from resilient_mcp.sdk_fence import drop_sdk_spans
 from resilient_mcp.server.cache_hints import cache_hints
 from resilient_mcp.server.discovery import discover_primitives, discover_resources, discover_tools
@@ -38,7 +38,7 @@ from resilient_mcp.telemetry.stderr_writer import dropped_lines
 log = get_logger(__name__)
 
 
-@dataclass(frozen=True)
+@record
 class OwnerCode:
     """What the owner wrote: their settings class (`settings.py`) and their tools package."""
 

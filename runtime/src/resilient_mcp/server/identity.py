@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import struct
-from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Final
@@ -20,6 +19,7 @@ from mcp.types import Icon
 
 from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.project import Project
+from resilient_mcp.records import record
 
 INSTRUCTIONS_FILE: Final = "instructions.md"
 ICON_FILE: Final = "icon.png"
@@ -30,7 +30,7 @@ MAX_ICON_BYTES: Final = 16 * 1024
 _PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
 
 
-@dataclass(frozen=True)
+@record
 class Identity:
     """The `serverInfo` fields beyond name, title and version, and the instructions."""
 

@@ -22,7 +22,6 @@ import ipaddress
 import os
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -39,6 +38,7 @@ from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.authoring.outcomes import RETRYABLE
 from resilient_mcp.calls.running import abandoned_threads
 from resilient_mcp.project import this_project
+from resilient_mcp.records import record
 from resilient_mcp.server.telemetry_plan import TelemetryPlan, Transport, telemetry_plan
 from resilient_mcp.telemetry.logs import correlate_traces, get_logger
 from resilient_mcp.telemetry.stderr_writer import dropped_lines
@@ -426,7 +426,7 @@ class Telemetry:
         return labels
 
 
-@dataclass(frozen=True)
+@record
 class _Instruments:
     duration: Histogram
     calls: Counter
@@ -437,7 +437,7 @@ class _Instruments:
     task_duration: Histogram
 
 
-@dataclass(frozen=True)
+@record
 class _Counts:
     """What the gauges read, where health_check reads it."""
 

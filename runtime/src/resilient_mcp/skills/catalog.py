@@ -20,12 +20,13 @@ import mimetypes
 import os
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
 from resilient_mcp.authoring.errors import FatalError
+from resilient_mcp.records import record
 from resilient_mcp.skills.frontmatter import FrontmatterError, parse_frontmatter
 
 SCHEME = "skill://"
@@ -44,7 +45,7 @@ _RESERVED_METADATA = "io.modelcontextprotocol/"
 _NOT_SKILLS = {"__pycache__"}  # what Python or an editor may leave beside the skills
 
 
-@dataclass(frozen=True)
+@record
 class SkillFile:
     """One file of a skill, as served: its URI, where it is, and the bytes it had at start-up."""
 
@@ -58,7 +59,7 @@ class SkillFile:
         return {"uri": self.uri, "digest": self.digest, "size": self.size}
 
 
-@dataclass(frozen=True)
+@record
 class Skill:
     """One skill: its frontmatter verbatim (as JSON), its files with SKILL.md first."""
 
@@ -83,7 +84,7 @@ class Skill:
         }
 
 
-@dataclass(frozen=True)
+@record
 class SkillCatalog:
     """Every skill served, and every file and directory of theirs by URI."""
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import io
 import os
 import sys
-from dataclasses import dataclass
+
+from resilient_mcp.records import record
 
 
-@dataclass(frozen=True)
+@record
 class ProtocolPipes:
     """Private duplicates of the original stdin and stdout: the JSON-RPC wire."""
 

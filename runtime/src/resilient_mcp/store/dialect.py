@@ -7,14 +7,15 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Any
+
+from resilient_mcp.records import record
 
 Params = Mapping[str, Any]
 NO_PARAMS: Params = {}
 
 
-@dataclass(frozen=True)
+@record
 class Dialect:
     """The SQL fragments where the two databases differ. Statements name their parameters
     `:name`; `placeholder` is the form the driver wants instead (`%(name)s` for psycopg)."""

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import anyio
 
+from resilient_mcp.records import record
 from resilient_mcp.store.store import STALE_AFTER_BEATS
 from resilient_mcp.telemetry.logs import get_logger
 
@@ -54,7 +55,7 @@ class Reachability:
         return now if self.failing else self.since
 
 
-@dataclass(frozen=True)
+@record
 class Instance:
     """This store: `host_id` is equal for two processes exactly when their pids are comparable."""
 
@@ -76,7 +77,7 @@ class Instance:
         _OPEN_HERE.discard(self.instance_id)
 
 
-@dataclass(frozen=True)
+@record
 class OwnerRow:
     """What the instances table says about the owner of a claim."""
 

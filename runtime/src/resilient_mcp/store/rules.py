@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from resilient_mcp.project import this_project
+from resilient_mcp.records import record
 from resilient_mcp.store.instances import HeartbeatThread, Instance, OwnerRow, owner_gone_reason
 from resilient_mcp.store.store import BODY_NOT_STARTED, BODY_RUNNING, MAX_RETRY_AFTER_S, Claim, KeyState
 
@@ -18,7 +18,7 @@ SETTLED_DONE = "settled as done by an operator"
 MIN_RETRY_AFTER_S = 0.1
 
 
-@dataclass(frozen=True)
+@record
 class ExistingKey:
     """A row found for (tool, key), with its owner's instance row if there is one."""
 
@@ -36,7 +36,7 @@ class ExistingKey:
     unowned: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class Verdict:
     claim: Claim
     now_in_doubt: str | None = None  # set: the pending row must become in doubt, with this note

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from resilient_mcp.authoring.outcomes import failure
+from resilient_mcp.records import record
 
 if TYPE_CHECKING:
     from resilient_mcp.authoring.checks import HealthStatus
@@ -34,7 +34,7 @@ BODY_RUNNING = 1  # the body began: its effect may have happened
 BODY_ENDED = 2  # the body returned or raised: nothing of it runs any more
 
 
-@dataclass(frozen=True)
+@record
 class Claim:
     """What `claim` found. `new`: the caller owns the key and must run, then complete,
     release or mark it in doubt. `replay`: `result` is the stored CallToolResult wire
@@ -50,7 +50,7 @@ class Claim:
     reconcilable: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class KeyRecord:
     """One row of the table, as `<slug> keys list` shows it. Times are seconds since the epoch."""
 

@@ -20,8 +20,9 @@ import json
 import secrets
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+from resilient_mcp.records import record
 
 if TYPE_CHECKING:
     from resilient_mcp.store.dialect import Dialect, Session
@@ -112,7 +113,7 @@ class TaskRow(NamedTuple):
         return None if value is None else json.loads(value)
 
 
-@dataclass(frozen=True)
+@record
 class NewTask:
     """A task about to be created: everything a run of it needs, on any replica."""
 
@@ -127,7 +128,7 @@ class NewTask:
     correlation_id: str
 
 
-@dataclass(frozen=True)
+@record
 class Created:
     """What `create` did: `row` is the new task, or the caller's task of the same key
     (`existing`); None when the caller already has `max_open` unfinished tasks."""

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import random
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
 from typing import Protocol
+
+from resilient_mcp.records import record
 
 
 class CallBody(Protocol):
@@ -19,7 +20,7 @@ class CallBody(Protocol):
     def stopped(self) -> bool: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Call:
     """The tool call being served: what its log lines and its tool body need."""
 
