@@ -4,8 +4,11 @@ construction, repr, equality, hash and `dataclasses` helpers; to the type checke
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
+from typing import Any
 
+import pytest
 from mypy import api as mypy_api
 
 from resilient_mcp.records import record
@@ -25,6 +28,22 @@ class Plain:
     count: int = 0
     tags: tuple[str, ...] = ()
     extra: dict[str, int] = dataclasses.field(default_factory=dict, compare=False)
+
+
+@record
+class Shown:
+    value: float
+    secret: str = dataclasses.field(default="", repr=False)
+    label: str = dataclasses.field(default="", hash=False)
+    parts: list[Any] = dataclasses.field(default_factory=list, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlainShown:
+    value: float
+    secret: str = dataclasses.field(default="", repr=False)
+    label: str = dataclasses.field(default="", hash=False)
+    parts: list[Any] = dataclasses.field(default_factory=list, compare=False)
 
 
 @record(slots=True)
@@ -51,6 +70,24 @@ def test_a_record_is_made_compared_and_hashed_as_its_frozen_twin() -> None:
     assert dataclasses.replace(fast, count=5).count == dataclasses.replace(plain, count=5).count == 5
     assert dataclasses.asdict(fast) == dataclasses.asdict(plain)
     assert Fast("a").extra is not Fast("a").extra  # a default factory makes one each time
+
+
+@pytest.mark.parametrize("value", [1.5, math.nan])
+def test_fields_left_out_of_repr_or_hash_and_values_unequal_to_themselves_answer_as_in_the_twin(
+    value: float,
+) -> None:
+    fast, plain = Shown(value, "hunter2", "a"), PlainShown(value, "hunter2", "a")
+    assert repr(fast).removeprefix("Shown") == repr(plain).removeprefix("PlainShown")
+    assert "hunter2" not in repr(fast)
+    assert (fast == Shown(value, "hunter2", "a")) is (plain == PlainShown(value, "hunter2", "a"))
+    assert (fast == fast) is (plain == plain)  # a NaN field: the same object
+    assert (fast == plain) is (plain == fast) is False  # another class is never equal
+    assert hash(Shown(1.0, label="a")) == hash(Shown(1.0, label="b"))  # `label` is not hashed
+    assert hash(PlainShown(1.0, label="a")) == hash(PlainShown(1.0, label="b"))
+    looped, plain_looped = Shown(1.0), PlainShown(1.0)
+    looped.parts.append(looped)
+    plain_looped.parts.append(plain_looped)
+    assert repr(looped).removeprefix("Shown") == repr(plain_looped).removeprefix("PlainShown")
 
 
 def test_a_slotted_record_has_slots_and_no_instance_dict() -> None:
