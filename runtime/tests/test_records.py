@@ -81,7 +81,8 @@ def test_fields_left_out_of_repr_or_hash_and_values_unequal_to_themselves_answer
     assert "hunter2" not in repr(fast)
     assert (fast == Shown(value, "hunter2", "a")) is (plain == PlainShown(value, "hunter2", "a"))
     assert (fast == fast) is (plain == plain)  # a NaN field: the same object
-    assert (fast == plain) is (plain == fast) is False  # another class is never equal
+    other: object = plain
+    assert (fast == other) is (other == fast) is False  # another class is never equal
     assert hash(Shown(1.0, label="a")) == hash(Shown(1.0, label="b"))  # `label` is not hashed
     assert hash(PlainShown(1.0, label="a")) == hash(PlainShown(1.0, label="b"))
     looped, plain_looped = Shown(1.0), PlainShown(1.0)

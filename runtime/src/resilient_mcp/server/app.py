@@ -6,7 +6,9 @@ The owner's code (their `Settings` class and `tools` package) is handed in by th
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from resilient_mcp.authoring.checks import Check, HealthCheck
 from resilient_mcp.authoring.current_settings import use_settings
@@ -28,12 +30,15 @@ from resilient_mcp.server.signatures import check_signatures
 from resilient_mcp.server.startup import check_data_dir, exit_fatal, load_settings, run_startup_checks
 from resilient_mcp.server.telemetry_plan import sdk_spans_wanted
 from resilient_mcp.server.tool_filter import declared_tools
-from resilient_mcp.skills.catalog import load_catalog, skills_folder
+from resilient_mcp.skills.folder import skill_folders, skills_folder
 from resilient_mcp.store import StoreHandle, create_store
 from resilient_mcp.store.task_table import TaskStatus
 from resilient_mcp.telemetry.logs import configure_logging, get_logger
 from resilient_mcp.telemetry.redaction import configure_redaction
 from resilient_mcp.telemetry.stderr_writer import dropped_lines
+
+if TYPE_CHECKING:
+    from resilient_mcp.skills.catalog import SkillCatalog
 
 log = get_logger(__name__)
 
@@ -110,9 +115,8 @@ def create_server(
     specs = discover_tools(tools_package)
     primitives = discover_primitives(tools_package)
     check_signatures(specs, primitives.prompts)
-    skills = load_catalog(
-        skills_folder(getattr(tools_package, "__file__", None))
-    )  # src/<package>/skills, beside tools/
+    folder = skills_folder(getattr(tools_package, "__file__", None))  # src/<package>/skills, beside tools/
+    skills = _load_skills(folder) if skill_folders(folder) else None
     if any(spec.name == health.name for spec in specs):
         raise FatalError(f"a tool in tools/ is named {health.name!r}, which the core reserves", "rename it")
     identity = server_identity(this_project())
@@ -140,6 +144,13 @@ def create_server(
     if not sdk_spans_wanted():
         drop_sdk_spans(server)  # nothing would record them: a span per request for nobody
     return server
+
+
+def _load_skills(folder: Path | None) -> SkillCatalog:
+    """Every skill checked and hashed: the catalog's modules load only for a project with skills."""
+    from resilient_mcp.skills.catalog import load_catalog
+
+    return load_catalog(folder)
 
 
 def build_from_environment(owner: OwnerCode) -> ResilientServer:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.helper_types import ReadResourceContents
@@ -51,8 +51,6 @@ from resilient_mcp.calls.tool_call import CallTelemetry, ToolCalls
 from resilient_mcp.sdk_fence import lowlevel_server_of, sdk_logging_left_alone, subscriptions_of
 from resilient_mcp.server.handshake_era import HandshakeEraMethods
 from resilient_mcp.server.startup import exit_fatal
-from resilient_mcp.skills.catalog import SkillCatalog
-from resilient_mcp.skills.extension import SkillsExtension
 from resilient_mcp.store import StoreHandle
 from resilient_mcp.store.task_table import TaskRow
 from resilient_mcp.tasks.extension import TasksExtension
@@ -60,6 +58,10 @@ from resilient_mcp.tasks.handshake_era import HandshakeEraTasks
 from resilient_mcp.tasks.runner import TaskRunner, TaskTelemetry
 from resilient_mcp.tasks.task_context import ProgressSink, TaskContext
 from resilient_mcp.telemetry.call_line import time_tool_calls
+
+if TYPE_CHECKING:
+    from resilient_mcp.skills.catalog import SkillCatalog
+    from resilient_mcp.skills.extension import SkillsExtension
 
 
 class ServerTelemetry(CallTelemetry, PrimitiveTelemetry, TaskTelemetry, Protocol):
@@ -89,7 +91,11 @@ class ResilientServer(MCPServer[Any]):
         tasks = TasksExtension() if any(spec.task_support != "forbidden" for spec in specs) else None
         tasks_2025 = HandshakeEraTasks(tasks) if tasks is not None else None  # the same tasks, in 2025-11-25
         # Advertised only when skills/ holds a skill: a server without one answers as before.
-        self.skills = SkillsExtension(skills, app_settings) if skills is not None and skills.skills else None
+        self.skills: SkillsExtension | None = None
+        if skills is not None and skills.skills:
+            from resilient_mcp.skills.extension import SkillsExtension  # a project with skills only
+
+            self.skills = SkillsExtension(skills, app_settings)
         extensions = [extension for extension in (tasks, self.skills) if extension is not None]
         # The middleware times each call from the SDK's validation of it to its answer built.
         middleware = [time_tool_calls] if tasks_2025 is None else [time_tool_calls, tasks_2025.middleware]

@@ -27,6 +27,7 @@ from urllib.parse import quote, unquote
 
 from resilient_mcp.authoring.errors import FatalError
 from resilient_mcp.records import record
+from resilient_mcp.skills.folder import NOT_SKILLS, skill_folders
 from resilient_mcp.skills.frontmatter import FrontmatterError, parse_frontmatter
 
 SCHEME = "skill://"
@@ -42,7 +43,6 @@ MAX_DESCRIPTION_CHARS = 1024  # the Agent Skills limit
 NAME = re.compile(r"^(?!.*--)[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
 _FRONTMATTER = re.compile(r"^---\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|$)", re.DOTALL)
 _RESERVED_METADATA = "io.modelcontextprotocol/"
-_NOT_SKILLS = {"__pycache__"}  # what Python or an editor may leave beside the skills
 
 
 @record
@@ -100,29 +100,12 @@ class SkillCatalog:
         return self.directories.get(uri.rstrip("/"))
 
 
-def skills_folder(tools_package_file: str | None) -> Path | None:
-    """The skills/ folder beside the owner's tools/ package (`src/<package>/skills`), if any."""
-    if tools_package_file is None:
-        return None
-    return Path(tools_package_file).resolve().parent.parent / "skills"
-
-
 def load_catalog(folder: Path | None) -> SkillCatalog:
     """Every skill in `folder`; an empty catalog when there is no folder or no skill in it."""
-    if folder is None or not folder.exists():
+    found = skill_folders(folder)
+    if not found:
         return SkillCatalog()
-    if not folder.is_dir():
-        raise FatalError(f"{folder} is not a folder", "make skills/ a folder with one folder per skill")
-    skill_folders = sorted(
-        entry
-        for entry in folder.iterdir()
-        if not entry.name.startswith(".")
-        and entry.name not in _NOT_SKILLS
-        and entry.is_dir()  # a linked folder too: refused in `_load_skill`
-    )
-    if not skill_folders:
-        return SkillCatalog()
-    skills = tuple(_load_skill(entry) for entry in skill_folders)
+    skills = tuple(_load_skill(entry) for entry in found)
     files = {file.uri: file for skill in skills for file in skill.files}
     return SkillCatalog(skills, files, _directories(skills))
 
@@ -176,7 +159,7 @@ def _load_skill(folder: Path) -> Skill:
 def _files(folder: Path) -> Iterator[Path]:
     """Every regular file under `folder`, hidden ones left out; a symlink anywhere is refused."""
     for entry in sorted(folder.iterdir()):
-        if entry.name.startswith(".") or entry.name in _NOT_SKILLS:
+        if entry.name.startswith(".") or entry.name in NOT_SKILLS:
             continue
         if entry.is_symlink():
             raise FatalError(
