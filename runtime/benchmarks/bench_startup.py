@@ -27,12 +27,19 @@ missing), and the ratio to the bare SDK. The target is a CPU ratio of at most 1.
 
 --imports also prints the modules the rendered server imports on the way to serving
 that the bare script does not, the slowest first (`python -X importtime`).
+
+--instructions also counts, under valgrind, the instructions of one start of each server to its
+first tools/list answer and its exit at the end of stdin: a figure no other load on the machine
+moves. Both servers run at `<PREFIX>LOG_LEVEL=warning` there, so that this server's exit writes
+no line (its first line loads structlog); the rows `rendered`, `10-tools` and `40-tools`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -212,6 +219,41 @@ def measure(runs: int, workdir: Path, env: dict[str, str]) -> dict[tuple[str, Er
     }
 
 
+INSTRUCTION_ROWS = ("rendered", "10-tools", "40-tools")
+VALGRIND_TIMEOUT_S = 900.0  # a start takes 20-60 s under valgrind
+
+
+def instructions_once(argv: Sequence[str], env: dict[str, str], log: Path) -> int:
+    """Instructions of one start to the first tools/list answer (2026-07-28) and its exit."""
+    valgrind = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+    with RawStdioSession([*valgrind, f"--log-file={log}", *argv], env=env) as session:
+        handshake = open_session(session, MODERN, timeout=VALGRIND_TIMEOUT_S)
+        answer = session.request("tools/list", with_envelope(MODERN), timeout=VALGRIND_TIMEOUT_S)
+        session.close(timeout=VALGRIND_TIMEOUT_S)
+    if "result" not in handshake or "result" not in answer:
+        raise SystemExit(f"{argv} did not answer under valgrind: {handshake} {answer}")
+    counted = re.search(r"I\s+refs:\s+([\d,]+)", log.read_text(encoding="utf-8"))
+    if counted is None:
+        raise SystemExit(f"valgrind printed no instruction count in {log}")
+    return int(counted[1].replace(",", ""))
+
+
+def print_instructions(workdir: Path, env: dict[str, str]) -> None:
+    if shutil.which("valgrind") is None:
+        report("\nvalgrind is not installed: no instruction counts (apt-get install valgrind)")
+        return
+    commands = servers(workdir)
+    quiet = {**env, f"{ENV_PREFIX}LOG_LEVEL": "warning"}
+    report("\nInstructions to the first tools/list answer and the exit (valgrind, one start each, millions)")
+    report("server       bare    this   ratio")
+    for row in INSTRUCTION_ROWS:
+        bare_argv, argv = commands[bare_of(row)], commands.get(row, commands["rendered"])
+        start_once(argv, MODERN, quiet)  # its generated tools module compiled and cached first
+        bare = instructions_once(bare_argv, quiet, workdir / f"{row}-bare.log")
+        this = instructions_once(argv, quiet, workdir / f"{row}.log")
+        report(f"{row:<12} {bare / 1e6:>5.0f} {this / 1e6:>7.0f} {this / bare:>7.3f}")
+
+
 def imported(argv: Sequence[str], env: dict[str, str]) -> dict[str, int]:
     """Module -> own import microseconds, for a server started and stopped at once."""
     ran = subprocess.run(
@@ -255,6 +297,9 @@ def main() -> int:
     parser.add_argument(
         "--imports", action="store_true", help="also list the modules only this server imports"
     )
+    parser.add_argument(
+        "--instructions", action="store_true", help="also count each start's instructions (valgrind)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
@@ -279,6 +324,8 @@ def main() -> int:
         report(f"worst CPU ratio (`rendered`, tool counts) {worst:.3f}: {verdict} the target {TARGET_RATIO}")
         if args.imports:
             print_imports(workdir, env)
+        if args.instructions:
+            print_instructions(workdir, env)
     return 0
 
 
