@@ -82,6 +82,28 @@ async def test_the_callers_of_a_batch_resume_one_after_another() -> None:
     assert later == ["2 resumed", "3 resumed", "2 ran on", "4 resumed", "3 ran on", "4 ran on"]
 
 
+async def test_the_callers_of_a_batch_join_the_next_one_with_their_next_item() -> None:
+    # A claim's caller comes back with its outcome: it waits for the batch the others join,
+    # rather than going out alone and leaving them one more round trip behind it.
+    database = Database()
+    batches = Batches(database.send)
+
+    async def claim_then_complete(item: int) -> None:
+        await batches.submit(item)
+        await anyio.lowlevel.checkpoint()  # the tool's body
+        await batches.submit(item + 100)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(batches.submit, 1)
+        await anyio.wait_all_tasks_blocked()
+        for item in (2, 3, 4):
+            group.start_soon(claim_then_complete, item)
+        await anyio.wait_all_tasks_blocked()
+        database.release.set()
+
+    assert database.sent == [[1], [2, 3, 4], [102, 103, 104]]
+
+
 async def test_a_failed_batch_is_sent_again_item_by_item() -> None:
     database = Database()
     batches = Batches(database.send)

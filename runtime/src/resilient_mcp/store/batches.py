@@ -9,6 +9,11 @@ of its callers sends its item again alone, so one caller's error is never anothe
 The callers of a batch that returned resume one after another, each once the one before it
 has: resumed all at once, each would run its call on to the next wait (the tool's body, the
 answer) while every other ready task, such as a call with no key at all, waited behind them.
+
+The next batch goes out once the event loop has run what was ready when this one returned
+(for at most MAX_GATHER_S): the callers just resumed then join it with their next item (the
+outcome after a claim) rather than wait for a round trip of their own. Each round trip costs
+the loop far more than the statement's rows do (benchmarks/IDEMPOTENT_CALLS.md).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ Item = TypeVar("Item")
 Answer = TypeVar("Answer")
 
 MAX_BATCH = 256  # items in one statement
+MAX_GATHER_S = 0.005  # how long the next batch may wait for the loop to run what was ready
 
 
 class _Lead:
@@ -64,6 +70,15 @@ class Batches(Generic[Item, Answer]):
         self._waiting: list[_Waiter[Item, Answer]] = []
         self._in_flight = False
 
+    def _hand_over(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        """The next batch to the first waiter, once the loop has nothing else ready to run."""
+        if _others_ready(loop) and loop.time() < deadline:
+            loop.call_soon(self._hand_over, loop, deadline)
+        elif self._waiting:
+            self._waiting[0].turn.set_result(LEAD)
+        else:
+            self._in_flight = False
+
     async def submit(self, item: Item) -> Answer:
         # Shielded: others wait for the batch this caller sends, and a claim committed for a
         # caller that left must still be answered to it (it releases it).
@@ -87,6 +102,7 @@ class Batches(Generic[Item, Answer]):
         self._in_flight = True
         batch, self._waiting = self._waiting[: self._max_batch], self._waiting[self._max_batch :]
         answers: list[Answer] | None = None
+        others: list[tuple[_Waiter[Item, Answer], Answer]] = []
         try:
             answers = await self._send([waiter.item for waiter in batch])
         except BaseException as exc:
@@ -104,10 +120,20 @@ class Batches(Generic[Item, Answer]):
                 first, answer = others[0]
                 first.turn.set_result(answer)
         finally:
-            if self._waiting:  # still in flight: the next batch is the first waiter's to send
-                self._waiting[0].turn.set_result(LEAD)
+            # Still in flight: the next batch is the first waiter's to send, or, when callers of
+            # this one resume, the first of them to come back.
+            if self._waiting or others:
+                loop = asyncio.get_running_loop()
+                self._hand_over(loop, loop.time() + MAX_GATHER_S)
             else:
                 self._in_flight = False
         if answers is None:
             return (await self._send([me.item]))[0]
         return answers[batch.index(me)]
+
+
+def _others_ready(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether callbacks wait to run in this turn of the loop. asyncio's own loop keeps them in
+    `_ready`; another loop (uvloop) shows none, and its batches go out at once."""
+    ready = getattr(loop, "_ready", None)
+    return bool(ready)
