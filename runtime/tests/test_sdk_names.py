@@ -246,3 +246,16 @@ def test_the_session_manager_still_builds_its_transports_by_the_name_it_imported
         assert all(isinstance(transport, Mine) for transport in _sdk.session_transports(manager).values())
     finally:
         _sdk.build_session_transports_with(StreamableHTTPServerTransport)
+
+
+@pytest.mark.anyio
+async def test_asyncios_loop_shows_the_callbacks_ready_to_run() -> None:
+    """What a PostgreSQL batch reads before it hands the next one over (`store/batches.py`)."""
+    loop = asyncio.get_running_loop()
+    loop.call_soon(lambda: None)
+    assert _sdk.loop_has_ready_callbacks(loop)
+    idle = asyncio.new_event_loop()
+    try:
+        assert not _sdk.loop_has_ready_callbacks(idle)
+    finally:
+        idle.close()

@@ -1,5 +1,5 @@
-"""Every private name of the SDK, uvicorn, sse-starlette and anyio that the library relies on, each
-behind one name here.
+"""Every private name of the SDK, uvicorn, sse-starlette, anyio and asyncio that the library relies
+on, each behind one name here.
 
 None of them is public API, so a release may rename one without notice (`mcp>=2.3,<3`). Kept in
 this one module, each is touched by tests/test_sdk_names.py, which then fails by the name
@@ -50,6 +50,7 @@ __all__ = [
     "discard_session",
     "drop_sdk_spans",
     "forget_captured_signals",
+    "loop_has_ready_callbacks",
     "lowlevel_server_of",
     "modern_entry",
     "output_adapter",
@@ -235,3 +236,9 @@ def sdk_logging_left_alone() -> Iterator[None]:
         yield
     finally:
         setattr(mcpserver_module, SDK_LOGGING_SETUP, sdk_setup)
+
+
+def loop_has_ready_callbacks(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether callbacks wait to run in this turn of the loop: asyncio's own loop keeps them in
+    `_ready`; another loop (uvloop) shows none, and a caller then goes on at once."""
+    return bool(getattr(loop, "_ready", None))

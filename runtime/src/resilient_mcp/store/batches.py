@@ -26,6 +26,8 @@ from typing import Generic, TypeVar
 
 import anyio
 
+from resilient_mcp.sdk_fence import loop_has_ready_callbacks
+
 Item = TypeVar("Item")
 Answer = TypeVar("Answer")
 
@@ -72,7 +74,7 @@ class Batches(Generic[Item, Answer]):
 
     def _hand_over(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
         """The next batch to the first waiter, once the loop has nothing else ready to run."""
-        if _others_ready(loop) and loop.time() < deadline:
+        if loop_has_ready_callbacks(loop) and loop.time() < deadline:
             loop.call_soon(self._hand_over, loop, deadline)
         elif self._waiting:
             self._waiting[0].turn.set_result(LEAD)
@@ -130,10 +132,3 @@ class Batches(Generic[Item, Answer]):
         if answers is None:
             return (await self._send([me.item]))[0]
         return answers[batch.index(me)]
-
-
-def _others_ready(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether callbacks wait to run in this turn of the loop. asyncio's own loop keeps them in
-    `_ready`; another loop (uvloop) shows none, and its batches go out at once."""
-    ready = getattr(loop, "_ready", None)
-    return bool(ready)
