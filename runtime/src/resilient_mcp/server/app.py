@@ -116,7 +116,8 @@ def create_server(
     primitives = discover_primitives(tools_package)
     check_signatures(specs, primitives.prompts)
     folder = skills_folder(getattr(tools_package, "__file__", None))  # src/<package>/skills, beside tools/
-    skills = _load_skills(folder) if skill_folders(folder) else None
+    found = skill_folders(folder)
+    skills = _load_skills(found) if found else None
     if any(spec.name == health.name for spec in specs):
         raise FatalError(f"a tool in tools/ is named {health.name!r}, which the core reserves", "rename it")
     identity = server_identity(this_project())
@@ -146,11 +147,11 @@ def create_server(
     return server
 
 
-def _load_skills(folder: Path | None) -> SkillCatalog:
+def _load_skills(found: list[Path]) -> SkillCatalog:
     """Every skill checked and hashed: the catalog's modules load only for a project with skills."""
-    from resilient_mcp.skills.catalog import load_catalog
+    from resilient_mcp.skills.catalog import catalog_of
 
-    return load_catalog(folder)
+    return catalog_of(found)
 
 
 def build_from_environment(owner: OwnerCode) -> ResilientServer:

@@ -19,7 +19,7 @@ import math
 import mimetypes
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import field
 from pathlib import Path
 from typing import Any
@@ -102,7 +102,11 @@ class SkillCatalog:
 
 def load_catalog(folder: Path | None) -> SkillCatalog:
     """Every skill in `folder`; an empty catalog when there is no folder or no skill in it."""
-    found = skill_folders(folder)
+    return catalog_of(skill_folders(folder))
+
+
+def catalog_of(found: Sequence[Path]) -> SkillCatalog:
+    """Every skill of these skill folders (`skill_folders` found them), checked and hashed."""
     if not found:
         return SkillCatalog()
     skills = tuple(_load_skill(entry) for entry in found)
