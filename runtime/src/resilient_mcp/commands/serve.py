@@ -80,11 +80,12 @@ def _start_telemetry(server: ResilientServer, transport: Transport) -> Telemetry
     """Exporters and the metrics listener, when configured; exit 78 if they cannot start."""
     settings = server.app_settings
     try:
-        if not telemetry_plan(settings.metrics, settings.metrics_address).wanted:
+        plan = telemetry_plan(settings.metrics, settings.metrics_address)
+        if not plan.wanted:
             return None  # nothing exported: the OpenTelemetry module is not even loaded
         from resilient_mcp.server.otel import start_telemetry
 
-        telemetry = start_telemetry(server, transport)
+        telemetry = start_telemetry(server, plan, transport)
     except FatalError as exc:
         exit_fatal(exc)
     server.telemetry = telemetry

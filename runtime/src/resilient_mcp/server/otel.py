@@ -8,8 +8,9 @@ outcome, correlation id), parents a request without `_meta.traceparent` on its H
 instruments, read by Prometheus (`METRICS=true`, on a listener of its own) and/or pushed over
 OTLP (`OTEL_EXPORTER_OTLP_ENDPOINT`). The OpenTelemetry SDK comes with the `otel` extra.
 
-Nothing configured, `start_telemetry` returns None: nothing is imported beyond the API the
-SDK already imports, no thread or listener starts, and a call pays one `is None` check. Nor does
+Nothing configured (`server.telemetry_plan` reads that), serving does not import this module:
+nothing beyond the API the SDK already imports, no thread or listener starts, and a call pays one
+`is None` check. Nor does
 any span reach anyone then, so the server is built without the SDK's span middleware
 (`sdk_spans_wanted`), which costs every request a span that nobody records.
 """
@@ -39,7 +40,7 @@ from resilient_mcp.authoring.outcomes import RETRYABLE
 from resilient_mcp.calls.running import abandoned_threads
 from resilient_mcp.project import this_project
 from resilient_mcp.records import record
-from resilient_mcp.server.telemetry_plan import TelemetryPlan, Transport, telemetry_plan
+from resilient_mcp.server.telemetry_plan import TelemetryPlan, Transport
 from resilient_mcp.telemetry.logs import correlate_traces, get_logger
 from resilient_mcp.telemetry.stderr_writer import dropped_lines
 
@@ -106,13 +107,9 @@ def _is_loopback(host: str) -> bool:
 
 
 def start_telemetry(
-    server: ResilientServer, transport: Transport, env: Mapping[str, str] = os.environ
-) -> Telemetry | None:
-    """The server's telemetry, started; None when nothing asks for any. FatalError before serving."""
-    settings = server.app_settings
-    plan = telemetry_plan(settings.metrics, settings.metrics_address, env)
-    if not (plan.traces_otlp or plan.metrics):
-        return None
+    server: ResilientServer, plan: TelemetryPlan, transport: Transport, env: Mapping[str, str] = os.environ
+) -> Telemetry:
+    """The telemetry `plan` asks for (something: `plan.wanted`), started; FatalError before serving."""
     missing = _missing_modules(plan)
     if missing:
         asked = (
