@@ -73,11 +73,15 @@ def test_db_prints_the_url_to_connect_with_and_keeps_the_data_when_stopped(direc
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root has PostgreSQL run as another user")
-def test_as_root_a_private_directory_is_refused_with_one_others_can_reach(tmp_path: Path) -> None:
-    private = tmp_path / "private"
-    private.mkdir(mode=0o700)
-
-    refused = local_postgres("start", "--dir", str(private / "postgres"))
+def test_as_root_a_private_directory_is_refused_with_one_others_can_reach() -> None:
+    # mkdtemp's folder is private (0o700) and its path short whatever pytest's own tmp is called:
+    # under a long one, the socket-path check would answer first.
+    private = Path(tempfile.mkdtemp(prefix="pgprivate-"))
+    assert private.stat().st_mode & 0o077 == 0  # others cannot reach into it
+    try:
+        refused = local_postgres("start", "--dir", str(private / "postgres"))
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
     assert refused.returncode == 1
     assert "cannot reach" in refused.stderr
