@@ -48,6 +48,7 @@ ROOMS = {
     "records",
     "project",
     "sdk_fence",
+    "sdk_models",
     "telemetry",
     "authoring",
     "store",

@@ -59,14 +59,32 @@ DELEGATED = {
 NEEDS_OWNER_CODE = {"budget", "keys", "tasks", "contract"}
 
 
+class InstalledVersion(argparse.Action):
+    """`--version`: the installed version, looked up only when asked for (serving has its own
+    look-up for serverInfo, and each costs milliseconds of start-up)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help="show the version and exit"
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        sys.stdout.write(f"{parser.prog} {this_project().installed_version()}\n")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=this_project().slug,
         description=this_project().description,
     )
-    parser.add_argument(
-        "--version", action="version", version=f"%(prog)s {this_project().installed_version()}"
-    )
+    parser.add_argument("--version", action=InstalledVersion)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = commands.add_parser("serve", help="serve MCP (the default; stdio unless --transport http)")
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
@@ -128,6 +146,9 @@ def serve(transport: str, host: str, port: int) -> int:
 
         import anyio
 
+        from resilient_mcp.sdk_models import import_sdk_with_deferred_models
+
+        import_sdk_with_deferred_models()
         from resilient_mcp.commands.serve import serve_http, serve_stdio
         from resilient_mcp.server.app import build_from_environment
 
