@@ -122,7 +122,13 @@ TOOL_COUNTS = (10, 40)  # the example tools and generated ones, in all
 
 
 def cpu_ms(pid: int) -> float | None:
-    """User + system CPU milliseconds of a running process so far (Linux /proc), else None."""
+    """CPU milliseconds (user + system) a running process has used so far: its threads' run
+    time in nanoseconds (Linux schedstat), else clock ticks (/proc stat), else None."""
+    tasks = Path(f"/proc/{pid}/task")
+    try:
+        return sum(int((task / "schedstat").read_text().split()[0]) for task in tasks.iterdir()) / 1e6
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
