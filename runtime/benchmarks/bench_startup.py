@@ -293,6 +293,12 @@ def print_imports(workdir: Path, env: dict[str, str], top: int = 25) -> None:
         report(f"{us / 1000:>8.1f} ms  {name}")
 
 
+def load_average(when: str) -> str:
+    """The machine's load, which the CPU ratio of one run moves with."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min) {when}"
+
+
 def report(line: str = "") -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
@@ -315,6 +321,7 @@ def main() -> int:
         env = unbuffered_free_env({DATA_DIR: str(workdir / "data")})
         report(f"Start-up, spawn to the first tools/list answer: {args.runs} alternating runs, medians (ms);")
         report("CPU ratio: the median of each run's ratio to the bare start of the same run [range]")
+        report(load_average("at the start"))
         report("era         server       wall bare    wall  ratio   cpu bare     cpu  ratio")
         samples = measure(args.runs, workdir, env)
         worst = 0.0
@@ -335,6 +342,7 @@ def main() -> int:
                 )
         verdict = "within" if worst <= TARGET_RATIO else "over"
         report(f"worst CPU ratio (`rendered`, tool counts) {worst:.3f}: {verdict} the target {TARGET_RATIO}")
+        report(load_average("at the end"))
         if args.imports:
             print_imports(workdir, env)
         if args.instructions:

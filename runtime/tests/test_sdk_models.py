@@ -88,7 +88,7 @@ MESSAGES: list[tuple[str, dict[str, Any]]] = [
 # model describes itself (both schemas), and how each message above reads.
 REPORT = textwrap.dedent(
     """
-    import importlib, json, sys
+    import json, sys
     from pydantic import BaseModel, ValidationError
 
     def sdk_models():
