@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from resilient_mcp.commands.diagnose import LEGACY, open_session, with_envelope
-from resilient_mcp.sdk_models import SDK_MODULE
+from resilient_mcp.sdk_models import SDK_MODULE, rebuilds_under_a_lock
 from sample_server.project import PACKAGE
 from support import ANSWER_TIMEOUT_S, StdioSession
 
@@ -223,6 +223,26 @@ def test_an_sdk_already_imported_or_a_default_already_chosen_is_left_as_it_is() 
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["{'defer_build':", "False}", "True"]
+
+
+def test_a_pydantic_whose_rebuild_takes_no_lock_gets_the_sdk_as_it_is() -> None:
+    """Before 2.14 a model first used from two threads at once could validate with its parent's
+    validator meanwhile: there, nothing is deferred."""
+    assert [rebuilds_under_a_lock(v) for v in ("2.11.0", "2.13.4", "2.14.0", "2.15.0b1", "3.0.0")] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
+    older = in_fresh_interpreter(
+        """
+        from resilient_mcp import sdk_models
+        sdk_models.PYDANTIC_VERSION = "2.13.4"
+        sdk_models.import_sdk_with_deferred_models()
+        """
+    )
+    assert older["unbuilt"] == eager_twin()["unbuilt"]
 
 
 def test_a_served_session_builds_only_the_models_it_used(
