@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 from idempotency_support import MakeStore, WorkerFactory, claim_at_once, release_worker, wait_for_line
 from resilient_mcp.store import MAX_RETRY_AFTER_S, Claim, IdempotencyStore, fingerprint
+from resilient_mcp.store.instances import HeartbeatThread
 from resilient_mcp.store.sql import SQLStore
 
 pytest_plugins = ["conftest_idempotency"]
@@ -336,6 +338,37 @@ async def test_a_live_servers_heartbeat_keeps_its_claims_in_progress(make_store:
     observer = await make_store(heartbeat_s=1.0)
 
     assert (await observer.claim(TOOL, "k", FP, LEASE_S)).kind == "in_progress"
+
+
+def test_the_heartbeat_waits_between_beats_on_its_own_loop_and_stops_at_once() -> None:
+    """One thread a store, for its life: the wait between beats is on the heartbeat's own loop
+    (no worker thread blocked beside it), and a stop wakes that wait at once."""
+    beats: list[float] = []
+    exited = threading.Event()
+
+    async def beat() -> None:
+        beats.append(time.monotonic())
+
+    async def on_exit() -> None:
+        exited.set()
+
+    before = set(threading.enumerate())
+    heartbeat = HeartbeatThread(beat, on_exit, interval_s=0.05)
+    heartbeat.start()
+    deadline = time.monotonic() + 60
+    while len(beats) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(beats) >= 3  # it beats, and has waited between beats since
+    assert [thread.name for thread in set(threading.enumerate()) - before] == ["idempotency-heartbeat"]
+
+    slow = HeartbeatThread(beat, on_exit, interval_s=120)
+    slow.start()
+    heartbeat.stop()
+    stopping = time.monotonic()
+    slow.stop()  # its two minutes' wait ended by the stop (unwoken, the join would give up at 150 s)
+    assert time.monotonic() - stopping < 60
+    assert exited.is_set()
+    assert not any(thread.is_alive() for thread in set(threading.enumerate()) - before)
 
 
 async def test_closing_a_store_puts_its_running_claims_in_doubt(make_store: MakeStore) -> None:

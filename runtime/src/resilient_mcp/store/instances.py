@@ -13,6 +13,8 @@ has answered it for a whole stale window again (`Reachability`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import os
 import socket
@@ -162,6 +164,7 @@ class HeartbeatThread:
         self._on_exit = on_exit
         self._interval_s = interval_s
         self._stop = threading.Event()
+        self._wake: Callable[[], None] | None = None  # set by the thread's loop: ends its wait
         self._thread = threading.Thread(target=self._run, name="idempotency-heartbeat", daemon=True)
         self.last_error: str | None = None
 
@@ -170,14 +173,31 @@ class HeartbeatThread:
 
     def stop(self) -> None:
         self._stop.set()
+        wake = self._wake  # None until the loop runs: it then sees the stop before it waits
+        if wake is not None:
+            wake()
         self._thread.join(timeout=self._interval_s + 30)
 
     def _run(self) -> None:
-        anyio.run(self._loop)
+        anyio.run(self._loop, backend="asyncio")
 
     async def _loop(self) -> None:
+        # The wait between beats is on this loop, woken from the stopping thread: no worker
+        # thread of its own blocked in `Event.wait` for the process's life.
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed: nothing waits
+                loop.call_soon_threadsafe(stopping.set)
+
+        self._wake = wake
         try:
-            while not await anyio.to_thread.run_sync(self._stop.wait, self._interval_s):
+            while not self._stop.is_set():
+                with anyio.move_on_after(self._interval_s):
+                    await stopping.wait()
+                if self._stop.is_set():
+                    break
                 try:
                     await self._beat()
                     self.last_error = None
