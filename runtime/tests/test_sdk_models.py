@@ -237,9 +237,9 @@ def test_a_pydantic_whose_rebuild_takes_no_lock_gets_the_sdk_as_it_is() -> None:
     ]
     older = in_fresh_interpreter(
         """
-        from resilient_mcp import sdk_models
-        sdk_models.PYDANTIC_VERSION = "2.13.4"
-        sdk_models.import_sdk_with_deferred_models()
+        import resilient_mcp.sdk_models as deferral
+        deferral.PYDANTIC_VERSION = "2.13.4"
+        deferral.import_sdk_with_deferred_models()
         """
     )
     assert older["unbuilt"] == eager_twin()["unbuilt"]
