@@ -31,7 +31,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -128,35 +127,35 @@ def expected_failures() -> Expected:
     return expected
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+# uvicorn's line once it listens: the address the server bound, which only the server knows.
+LISTENING = re.compile(r"Uvicorn running on (http://\S+)")
 
 
 def start_server(mode: str, data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
+    """The server of one mode on a port it picks itself (`--port 0`), read back from its log.
+
+    The modes start side by side: a port probed free and handed over could go to two of them,
+    and the mode whose server lost the bind would then run against another mode's server.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env[f"{ENV_PREFIX}DATA_DIR"] = str(data_dir)
     env[f"{ENV_PREFIX}HTTP_STATELESS"] = "true" if mode == "stateless" else "false"
     env[f"{ENV_PREFIX}HTTP_EXCHANGE"] = "sdk" if mode == "sdk-entry" else "core"
     env[f"{ENV_PREFIX}REQUEST_STATE_KEYS"] = _REQUEST_STATE_KEY
     launch = _LAUNCH.format(package=PACKAGE)
-    argv = [sys.executable, "-c", launch, str(FIXTURES), "serve", "--transport", "http", "--port", str(port)]
-    log = (data_dir.parent / f"server-{mode}.log").open("wb")
-    server = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    argv = [sys.executable, "-c", launch, str(FIXTURES), "serve", "--transport", "http", "--port", "0"]
+    log_path = data_dir.parent / f"server-{mode}.log"
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.monotonic() + 60
     while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return server, f"http://127.0.0.1:{port}/mcp"
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                sys.exit(
-                    f"the server did not start (exit {server.poll()}): see {log.name}, try `{PACKAGE} check`"
-                )
-            time.sleep(0.1)
+        listening = LISTENING.search(log_path.read_text(encoding="utf-8", errors="replace"))
+        if listening:
+            return server, f"{listening.group(1)}/mcp"
+        if server.poll() is not None or time.monotonic() > deadline:
+            exit_code = server.poll()
+            sys.exit(f"the server did not start (exit {exit_code}): see {log_path}, try `{PACKAGE} check`")
+        time.sleep(0.1)
 
 
 def scored_scenarios(node: Path, entry: Path, requirement_set: str) -> set[str]:
