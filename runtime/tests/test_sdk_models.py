@@ -132,6 +132,13 @@ REPORT = textwrap.dedent(
 )
 
 
+def run_python(script: str, *args: str) -> str:
+    """What `python -c script args...` printed, in a fresh interpreter that must exit 0."""
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def in_fresh_interpreter(before: str, *, describe: bool = False) -> dict[str, Any]:
     """The report of an interpreter that ran `before`: the unbuilt models, and with `describe`
     also every model's schemas and the messages read."""
@@ -140,10 +147,9 @@ def in_fresh_interpreter(before: str, *, describe: bool = False) -> dict[str, An
         + textwrap.dedent(before)
         + "\nprint(json.dumps(report(json.loads(sys.argv[1]), sys.argv[2] == 'describe'), default=repr))\n"
     )
-    argv = [sys.executable, "-c", script, json.dumps(MESSAGES), "describe" if describe else "list"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout)
+    result: dict[str, Any] = json.loads(
+        run_python(script, json.dumps(MESSAGES), "describe" if describe else "list")
+    )
     return result
 
 
@@ -193,14 +199,13 @@ def test_models_defined_after_the_import_are_built_as_they_are_defined() -> None
         print(OwnerResult(content=[]).model_dump(by_alias=True, exclude_unset=True))
         """
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    config, owner_built, subclass_built = done.stdout.splitlines()[0].rsplit(" ", 2)
+    printed = run_python(script).splitlines()
+    config, owner_built, subclass_built = printed[0].rsplit(" ", 2)
     assert config == "{}"  # pydantic's default config is as it was
     assert owner_built == "True"
     # A subclass of an SDK model takes its config from it: built at first use too, and then works.
     assert subclass_built == "False"
-    assert done.stdout.splitlines()[1] == "{'content': []}"
+    assert printed[1] == "{'content': []}"
 
 
 def test_an_sdk_already_imported_or_a_default_already_chosen_is_left_as_it_is() -> None:
@@ -224,9 +229,7 @@ def test_an_sdk_already_imported_or_a_default_already_chosen_is_left_as_it_is() 
         print(dict(BaseModel.model_config), mcp_types.CallToolResult.__pydantic_complete__)
         """
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["{'defer_build':", "False}", "True"]
+    assert run_python(script).split() == ["{'defer_build':", "False}", "True"]
 
 
 def test_a_pydantic_whose_rebuild_takes_no_lock_gets_the_sdk_as_it_is() -> None:
